@@ -1,0 +1,58 @@
+"""What the mirror asks the Kafka cluster: topic existence and topic configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from compactor.config import CompactorConfig, broker_overrides, with_topic_configs
+from compactor.exceptions import BrokerUnavailableError, ConfigError
+
+_TIMEOUT_S = 15.0
+
+
+def _admin(client_config: Mapping[str, str]) -> AdminClient:
+    from streaming.offsets import _CONSUMER_ONLY
+
+    return AdminClient({k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY})
+
+
+def describe_topics(
+    client_config: Mapping[str, str], topics: tuple[str, ...]
+) -> dict[str, dict[str, str]]:
+    """Each topic's own (non-default) configs on the broker; a missing topic is an error."""
+    admin = _admin(client_config)
+    servers = client_config.get("bootstrap.servers", "?")
+    try:
+        meta = admin.list_topics(timeout=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"cannot reach Kafka at bootstrap.servers={servers}: {exc.args[0]} "
+            "(is the cluster up, and are host and port right?)"
+        ) from exc
+    missing = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None]
+    if missing:
+        raise ConfigError(
+            "topics", ",".join(missing), f"do not exist on the cluster at {servers}",
+            "create them first (the mirror never creates topics)",
+        )
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    result: dict[str, dict[str, str]] = {}
+    try:
+        for resource, future in admin.describe_configs(resources).items():
+            entries = future.result(timeout=_TIMEOUT_S)
+            result[resource.name] = broker_overrides(
+                {name: (entry.value, entry.is_default) for name, entry in entries.items()}
+            )
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"cannot describe topic configs at {servers}: {exc.args[0]}"
+        ) from exc
+    return result
+
+
+def resolve_config(config: CompactorConfig) -> CompactorConfig:
+    """Fill in every topic's effective config from the broker (step 4 of the layering)."""
+    return with_topic_configs(config, describe_topics(config.kafka_client_config(), config.topics))

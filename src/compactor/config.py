@@ -1,0 +1,430 @@
+"""The one configuration object, validated once at load.
+
+Keys carry Kafka's names and defaults. A topic config value is taken from the first of:
+
+1. ``topic.<name>.<key>`` in the file (one topic),
+2. ``<key>`` in the file (every mirrored topic),
+3. the topic's own config on the broker (DescribeConfigs),
+4. the broker-wide ``log.*`` key in the file,
+5. Kafka's default.
+
+Everything below this module receives a :class:`CompactorConfig` and never a raw dictionary.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from compactor.exceptions import ConfigError
+from compactor.properties import load_properties
+
+LONG_MAX = 2**63 - 1
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+Check = Callable[[Any], str | None]
+
+
+def _at_least(low: float) -> Check:
+    return lambda v: None if v >= low else f"must be >= {low:g}"
+
+
+def _between(low: float, high: float) -> Check:
+    return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
+
+
+def _any(_: Any) -> str | None:
+    return None
+
+
+def _policy(value: str) -> frozenset[str]:
+    parts = frozenset(p.strip() for p in value.split(",") if p.strip())
+    if not parts or not parts <= {"compact", "delete"}:
+        raise ValueError("must be 'compact', 'delete' or 'compact,delete'")
+    return parts
+
+
+def _bool(value: str) -> bool:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError("must be true or false")
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ValueError("must be a whole number") from None
+
+
+def _float(value: str) -> float:
+    try:
+        result = float(value.strip())
+    except ValueError:
+        raise ValueError("must be a number") from None
+    if math.isnan(result):
+        raise ValueError("must be a number")
+    return result
+
+
+@dataclass(frozen=True)
+class _Topic:
+    """A per-topic key: its parser, rule, Kafka default and broker-wide ``log.*`` name."""
+
+    parse: Callable[[str], Any]
+    check: Check
+    default: Any
+    broker_key: str
+
+
+TOPIC_KEYS: Mapping[str, _Topic] = {
+    "cleanup.policy": _Topic(_policy, _any, frozenset({"delete"}), "log.cleanup.policy"),
+    "segment.bytes": _Topic(_int, _at_least(14), 1073741824, "log.segment.bytes"),
+    "segment.ms": _Topic(_int, _at_least(1), 604800000, "log.roll.ms"),
+    "min.cleanable.dirty.ratio": _Topic(
+        _float, _between(0, 1), 0.5, "log.cleaner.min.cleanable.ratio"
+    ),
+    "min.compaction.lag.ms": _Topic(_int, _at_least(0), 0, "log.cleaner.min.compaction.lag.ms"),
+    "max.compaction.lag.ms": _Topic(
+        _int, _at_least(1), LONG_MAX, "log.cleaner.max.compaction.lag.ms"
+    ),
+    "delete.retention.ms": _Topic(_int, _at_least(0), 86400000, "log.cleaner.delete.retention.ms"),
+    "retention.ms": _Topic(_int, _at_least(-1), 604800000, "log.retention.ms"),
+    "retention.bytes": _Topic(_int, _at_least(-1), -1, "log.retention.bytes"),
+}
+# Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
+_BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+}
+
+# Broker-wide cleaner keys: name -> (parser, rule, Kafka default).
+CLEANER_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
+    "log.cleaner.enable": (_bool, _any, True),
+    "log.cleaner.threads": (_int, _at_least(1), 1),
+    "log.cleaner.backoff.ms": (_int, _at_least(0), 15000),
+    "log.cleaner.dedupe.buffer.size": (_int, _at_least(24), 134217728),
+    "log.cleaner.io.buffer.load.factor": (_float, _between(0.01, 1), 0.9),
+    "log.cleaner.io.max.bytes.per.second": (_float, _at_least(1), math.inf),
+}
+
+# The pipeline's own keys: name -> (parser, rule, default; None = required).
+PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
+    "bootstrap.servers": (str.strip, _any, None),
+    "topics": (str, _any, None),
+    "lake.path": (str.strip, _any, None),
+    "checkpoint.path": (str.strip, _any, ""),
+    "trigger.interval.ms": (_int, _at_least(0), 5000),
+    "max.offsets.per.trigger": (_int, _at_least(1), 0),
+    "starting.offsets": (str.strip, _any, "earliest"),
+    "fail.on.data.loss": (_bool, _any, True),
+}
+_BROKER_ONLY = {k for aliases in _BROKER_ALIASES.values() for k, _ in aliases}
+KNOWN_KEYS = frozenset(
+    set(TOPIC_KEYS)
+    | {t.broker_key for t in TOPIC_KEYS.values()}
+    | _BROKER_ONLY
+    | set(CLEANER_KEYS)
+    | set(PIPELINE_KEYS)
+)
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The effective Kafka topic configuration of one mirrored topic."""
+
+    name: str
+    cleanup_policy: frozenset[str] = frozenset({"delete"})
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    # key -> where its value came from: "topic override", "file", "broker", "broker default",
+    # "kafka default". Shown by describe-config.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, max lag)."""
+        if self.compact and self.max_compaction_lag_ms < LONG_MAX:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """Broker-wide ``log.cleaner.*`` settings."""
+
+    enable: bool = True
+    threads: int = 1
+    backoff_ms: int = 15000
+    dedupe_buffer_size: int = 134217728
+    io_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = math.inf
+
+
+@dataclass(frozen=True)
+class CompactorConfig:
+    """Validated settings of one compactor deployment.
+
+    ``topic_configs`` is empty until :func:`resolve_topics` has asked the broker.
+    """
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    lake_path: str
+    checkpoint_path: str
+    trigger_interval_ms: int = 5000
+    max_offsets_per_trigger: int = 0
+    starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    spark: Mapping[str, str] = field(default_factory=dict)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    topic_configs: Mapping[str, TopicConfig] = field(default_factory=dict)
+    # Typed user-given topic values: "" -> every topic, topic name -> that topic, and
+    # "log" -> broker-wide defaults keyed by the topic key they default.
+    topic_layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+
+    def topic(self, name: str) -> TopicConfig:
+        try:
+            return self.topic_configs[name]
+        except KeyError:
+            raise ConfigError(
+                "topic", name, "is not one of the configured topics", f"topics={self.topics}"
+            ) from None
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka settings: the ``kafka.*`` pass-through plus bootstrap.servers."""
+        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers}
+
+
+def _parse_value(key: str, raw: str, parse: Callable[[str], Any], check: Check) -> Any:
+    try:
+        value = parse(raw)
+    except ValueError as exc:
+        raise ConfigError(key, raw, str(exc)) from None
+    problem = check(value)
+    if problem:
+        raise ConfigError(key, raw, problem)
+    return value
+
+
+def _unknown(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "see conf/example.properties for the keys"
+    return ConfigError(key, "", "is not a known configuration key", hint)
+
+
+def _split_topic_key(key: str) -> tuple[str, str] | None:
+    """``topic.orders.v1.segment.ms`` -> (``orders.v1``, ``segment.ms``); topic names hold dots."""
+    rest = key[len("topic.") :]
+    for name in sorted(TOPIC_KEYS, key=len, reverse=True):
+        if rest.endswith("." + name) and len(rest) > len(name) + 1:
+            return rest[: -len(name) - 1], name
+    return None
+
+
+def _topics(raw: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not names:
+        raise ConfigError("topics", raw, "must name at least one topic (comma-separated)")
+    for name in names:
+        if not _TOPIC_NAME.match(name) or name in (".", ".."):
+            raise ConfigError(
+                "topics", name, "is not a legal Kafka topic name ([A-Za-z0-9._-], 1-249 chars)"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError("topics", raw, "names a topic twice")
+    return names
+
+
+def build_config(raw: Mapping[str, str]) -> CompactorConfig:
+    """Validate a flat key/value mapping (a parsed file plus CLI overrides)."""
+    pipeline: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
+    spark: dict[str, str] = {"spark.master": "local[*]"}
+    cleaner: dict[str, Any] = {}
+    layers: dict[str, dict[str, Any]] = {"": {}, "log": {}}
+    broker_raw: dict[str, str] = {}
+
+    for key, value in raw.items():
+        if key.startswith("kafka."):
+            kafka[key[len("kafka.") :]] = value
+        elif key.startswith("spark."):
+            spark[key] = value
+        elif key.startswith("topic."):
+            split = _split_topic_key(key)
+            if split is None:
+                raise _unknown(key)
+            topic, name = split
+            spec = TOPIC_KEYS[name]
+            layers.setdefault(topic, {})[name] = _parse_value(key, value, spec.parse, spec.check)
+        elif key in TOPIC_KEYS:
+            spec = TOPIC_KEYS[key]
+            layers[""][key] = _parse_value(key, value, spec.parse, spec.check)
+        elif key in CLEANER_KEYS:
+            parse, check, _ = CLEANER_KEYS[key]
+            cleaner[key[len("log.cleaner.") :].replace(".", "_")] = _parse_value(
+                key, value, parse, check
+            )
+        elif key in PIPELINE_KEYS:
+            parse, check, _ = PIPELINE_KEYS[key]
+            pipeline[key] = _parse_value(key, value, parse, check)
+        elif key in KNOWN_KEYS:
+            broker_raw[key] = value
+        else:
+            raise _unknown(key)
+
+    for name, spec in TOPIC_KEYS.items():
+        if spec.broker_key in broker_raw:
+            layers["log"][name] = _parse_value(
+                spec.broker_key, broker_raw[spec.broker_key], spec.parse, spec.check
+            )
+            continue
+        for alias, factor in _BROKER_ALIASES.get(spec.broker_key, ()):
+            if alias in broker_raw:
+                hours_or_minutes = _parse_value(alias, broker_raw[alias], _int, _at_least(-1))
+                scaled = hours_or_minutes * factor if hours_or_minutes >= 0 else -1
+                layers["log"][name] = _parse_value(alias, str(scaled), spec.parse, spec.check)
+                break
+
+    for key, (_, _, default) in PIPELINE_KEYS.items():
+        if key not in pipeline:
+            if default is None:
+                raise ConfigError(key, None, "is required", f"add '{key}=...' to the config file")
+            pipeline[key] = default
+    topics = _topics(pipeline["topics"])
+    for topic in layers:
+        if topic not in ("", "log") and topic not in topics:
+            raise ConfigError(
+                f"topic.{topic}.*", topic, "configures a topic that is not in 'topics'",
+                f"add it to topics= or remove the line; topics={','.join(topics)}",
+            )
+    if pipeline["starting.offsets"] not in ("earliest", "latest"):
+        raise ConfigError("starting.offsets", pipeline["starting.offsets"],
+                          "must be 'earliest' or 'latest'")
+    if not pipeline["bootstrap.servers"]:
+        raise ConfigError("bootstrap.servers", "", "must name at least one host:port")
+    lake = pipeline["lake.path"]
+    if not lake:
+        raise ConfigError("lake.path", "", "must be a directory path or URI")
+    checkpoint = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
+    if not pipeline["checkpoint.path"] and "checkpoints" in topics:
+        raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",
+                          "the default <lake.path>/checkpoints would share its directory")
+    kafka.setdefault("isolation.level", "read_committed")
+
+    config = CompactorConfig(
+        bootstrap_servers=pipeline["bootstrap.servers"],
+        topics=topics,
+        lake_path=lake,
+        checkpoint_path=checkpoint,
+        trigger_interval_ms=pipeline["trigger.interval.ms"],
+        max_offsets_per_trigger=pipeline["max.offsets.per.trigger"],
+        starting_offsets=pipeline["starting.offsets"],
+        fail_on_data_loss=pipeline["fail.on.data.loss"],
+        kafka=MappingProxyType(kafka),
+        spark=MappingProxyType(spark),
+        cleaner=CleanerConfig(**cleaner),
+        topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in layers.items()}),
+    )
+    # Check the file's own layers now, so a conflict fails before any broker is contacted.
+    for topic in topics:
+        resolve_topic(config, topic, {})
+    return config
+
+
+def load_config(path: str | Path, overrides: Mapping[str, str] | None = None) -> CompactorConfig:
+    """Read and validate a properties file; ``overrides`` (from the CLI) win over the file."""
+    raw = load_properties(path)
+    raw.update(overrides or {})
+    return build_config(raw)
+
+
+def resolve_topic(
+    config: CompactorConfig, topic: str, broker: Mapping[str, str]
+) -> TopicConfig:
+    """Merge the layers for one topic; ``broker`` holds the topic's non-default broker configs."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    layers = config.topic_layers
+    for name, spec in TOPIC_KEYS.items():
+        if name in layers.get(topic, {}):
+            values[name], sources[name] = layers[topic][name], "topic override"
+        elif name in layers.get("", {}):
+            values[name], sources[name] = layers[""][name], "file"
+        elif name in broker:
+            label = f"broker topic config {topic}"
+            values[name] = _parse_value(f"{name} ({label})", broker[name], spec.parse, spec.check)
+            sources[name] = "broker"
+        elif name in layers.get("log", {}):
+            values[name], sources[name] = layers["log"][name], "broker default (file)"
+        else:
+            values[name], sources[name] = spec.default, "kafka default"
+    if values["max.compaction.lag.ms"] < values["min.compaction.lag.ms"]:
+        raise ConfigError(
+            f"max.compaction.lag.ms (topic {topic})",
+            values["max.compaction.lag.ms"],
+            f"must be >= min.compaction.lag.ms ({values['min.compaction.lag.ms']})",
+            f"from {sources['max.compaction.lag.ms']} and {sources['min.compaction.lag.ms']}",
+        )
+    return TopicConfig(
+        name=topic,
+        cleanup_policy=values["cleanup.policy"],
+        segment_bytes=values["segment.bytes"],
+        segment_ms=values["segment.ms"],
+        min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+        min_compaction_lag_ms=values["min.compaction.lag.ms"],
+        max_compaction_lag_ms=values["max.compaction.lag.ms"],
+        delete_retention_ms=values["delete.retention.ms"],
+        retention_ms=values["retention.ms"],
+        retention_bytes=values["retention.bytes"],
+        sources=MappingProxyType(sources),
+    )
+
+
+def broker_overrides(entries: Mapping[str, tuple[str | None, bool]]) -> dict[str, str]:
+    """Pick the DescribeConfigs entries (value, is_default) that are the topic's own settings.
+
+    An entry counts when the broker says it is not a default, or when its value differs from
+    Kafka's default (some brokers label explicit topic configs as defaults).
+    """
+    chosen: dict[str, str] = {}
+    for name, (value, is_default) in entries.items():
+        if name not in TOPIC_KEYS or value is None:
+            continue
+        spec = TOPIC_KEYS[name]
+        try:
+            same_as_default = spec.parse(value) == spec.default
+        except ValueError:
+            same_as_default = False
+        if not is_default or not same_as_default:
+            chosen[name] = value
+    return chosen
+
+
+def with_topic_configs(
+    config: CompactorConfig, broker: Mapping[str, Mapping[str, str]]
+) -> CompactorConfig:
+    """Return the config with every topic resolved against its broker overrides."""
+    resolved = {t: resolve_topic(config, t, broker.get(t, {})) for t in config.topics}
+    return replace(config, topic_configs=MappingProxyType(resolved))

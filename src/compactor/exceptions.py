@@ -1,0 +1,52 @@
+"""Every error the product raises on purpose derives from :class:`CompactorError`.
+
+Messages give the value, the rule it broke and what to do, because they are read by an
+operator at 3 a.m., not by the author. The CLI maps each class to an exit code.
+"""
+
+from __future__ import annotations
+
+
+class CompactorError(Exception):
+    """Root of the product's errors; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class ConfigError(CompactorError):
+    """A configuration value broke a rule; nothing was started."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, value: object, rule: str, hint: str = "") -> None:
+        self.key = key
+        self.value = value
+        self.rule = rule
+        message = f"invalid configuration: {key}={value!r}: {rule}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+
+class BrokerUnavailableError(CompactorError):
+    """The Kafka cluster could not be reached or answered with an error."""
+
+    exit_code = 3
+
+
+class LakeError(CompactorError):
+    """A Delta table under the lake root could not be read or committed."""
+
+    exit_code = 4
+
+
+class DataLossError(CompactorError):
+    """Offsets the mirror still needed are gone from Kafka (retention, or a recreated topic)."""
+
+    exit_code = 5
+
+
+class BrokerNotInstalledError(CompactorError):
+    """The embedded broker binary (the ``demo`` extra) is not installed."""
+
+    exit_code = 2

@@ -1,0 +1,335 @@
+"""The segment writer: appends consumed offset ranges to ``L/T/log``, exactly once.
+
+Commit protocol of one micro-batch, per topic:
+
+1. The driver reads one snapshot of ``L/T/log`` and ``L/T/rejected``: per partition the
+   last committed offset (app transaction ``compactor-ingest-<partition>``, whose version is
+   the last offset ingested) and the active segment.
+2. One Spark task per Kafka partition consumes its range from the first offset not yet
+   committed, assigns records to segments by the roll rules, and writes Parquet files under
+   ``partition=P/segment=S/``; null keys of a compacted topic go to files of ``rejected``.
+   Tasks write files only; nothing is visible yet.
+3. The driver commits the rejected files (if any) with the same per-partition app
+   transactions in the rejected table, then all log files in one Delta commit whose app
+   transactions move each partition's version to the last offset of its range.
+
+A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
+of a batch that died before step 3 are never referenced and are removed by vacuum. A second
+writer of the same partitions is fenced: its commit carries the same app ids and either loses
+the race in delta-rs or finds the versions moved under it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Transaction
+from deltalake.transaction import AddAction, CommitProperties
+
+from compactor.config import CompactorConfig
+from compactor.exceptions import LakeError
+from compactor.layout import (
+    INGEST_APP_ID,
+    LOG_PARTITION_COLUMNS,
+    LOG_SCHEMA,
+    REJECTED_SCHEMA,
+    TIMESTAMP_TYPE,
+    data_file_name,
+    ensure_table,
+    is_local,
+    local_path,
+    topic_paths,
+)
+from compactor.segments import ActiveSegment, SegmentRoller, read_partition_logs, record_sizes
+
+log = logging.getLogger(__name__)
+
+NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
+_FLUSH_BYTES = 64 * 1024 * 1024
+_NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Everything a task needs to append one range; built on the driver, pickled to tasks."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    log_path: str
+    rejected_path: str
+    committed_offset: int | None
+    rejected_offset: int | None
+    active: ActiveSegment | None
+    segment_bytes: int
+    roll_ms: int
+    compact: bool
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    table: str  # "log" or "rejected"
+    path: str  # relative to the table root
+    size: int
+    partition_values: Mapping[str, str]
+    stats: str
+    records: int
+    record_bytes: int
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    topic: str
+    partition: int
+    last_offset: int  # the range's last offset: everything up to it is handled
+    files: tuple[WrittenFile, ...] = field(default=())
+
+
+def _iso_ms(ms: int) -> str | None:
+    try:
+        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def file_stats(table: pa.Table) -> str:
+    """Delta statistics for the non-PII columns only (never key, value or headers)."""
+    offsets = table.column("offset")
+    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000)
+    horizon = (
+        table.column("deleteHorizonMs")
+        if "deleteHorizonMs" in table.column_names
+        else pa.chunked_array([pa.nulls(table.num_rows, pa.int64())])
+    )
+    mins: dict[str, object] = {"offset": pc.min(offsets).as_py()}
+    maxs: dict[str, object] = {"offset": pc.max(offsets).as_py()}
+    lo, hi = _iso_ms(pc.min(millis).as_py()), _iso_ms(pc.max(millis).as_py())
+    if lo is not None and hi is not None:
+        mins["timestamp"], maxs["timestamp"] = lo, hi
+    if horizon.null_count < len(horizon):
+        mins["deleteHorizonMs"] = pc.min(horizon).as_py()
+        maxs["deleteHorizonMs"] = pc.max(horizon).as_py()
+    return json.dumps({
+        "numRecords": table.num_rows,
+        "minValues": mins,
+        "maxValues": maxs,
+        "nullCount": {
+            "offset": 0, "timestamp": table.column("timestamp").null_count,
+            "deleteHorizonMs": horizon.null_count,
+        },
+    })
+
+
+def write_data_file(
+    table_root: str, directory: str, table: pa.Table, record_bytes: int
+) -> tuple[str, int]:
+    """Write one zstd Parquet file; returns (path relative to the table root, size)."""
+    offsets = table.column("offset")
+    name = data_file_name(pc.min(offsets).as_py(), pc.max(offsets).as_py(), record_bytes)
+    relative = f"{directory}/{name}" if directory else name
+    if not is_local(table_root):
+        raise LakeError(f"lake path {table_root}: only local paths are written in this version")
+    full = os.path.join(local_path(table_root), relative)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    stats_cols = [c for c in _NON_PII_STATS if c in table.column_names]
+    pq.write_table(
+        table, full, compression="zstd", write_statistics=stats_cols,
+        use_dictionary=["topic"] if "topic" in table.column_names else False,
+    )
+    return relative, os.path.getsize(full)
+
+
+class _SegmentBuffer:
+    """Batches of one segment waiting to be written as one file."""
+
+    def __init__(self) -> None:
+        self.batches: list[pa.RecordBatch] = []
+        self.record_bytes = 0
+        self.nbytes = 0
+
+
+def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> WrittenFile:
+    table = pa.Table.from_batches(buf.batches)
+    table = table.append_column(
+        "deleteHorizonMs", pa.nulls(table.num_rows, pa.int64())
+    )
+    directory = f"partition={plan.partition}/segment={segment}"
+    path, size = write_data_file(plan.log_path, directory, table, buf.record_bytes)
+    return WrittenFile(
+        "log", path, size, {"partition": str(plan.partition), "segment": str(segment)},
+        file_stats(table), table.num_rows, buf.record_bytes,
+    )
+
+
+def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> WrittenFile:
+    table = pa.Table.from_batches(batches)
+    n = table.num_rows
+    table = table.append_column("reason", pa.array([NULL_KEY_REASON] * n, pa.string()))
+    table = table.append_column(
+        "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
+    )
+    sizes = sum(sum(record_sizes(b)) for b in batches)
+    path, size = write_data_file(plan.rejected_path, "", table, sizes)
+    return WrittenFile("rejected", path, size, {}, file_stats(table), n, sizes)
+
+
+def write_range(
+    plan: PartitionPlan,
+    client_config: Mapping[str, str],
+    poll_timeout_ms: int,
+    fail_on_data_loss: bool,
+) -> RangeResult:
+    """Task side: consume the plan's range and write its segment files (step 2)."""
+    from streaming.consumer import consume_range, messages_to_batch
+
+    first = max(plan.start, (plan.committed_offset if plan.committed_offset is not None else -1) + 1)
+    roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
+    buffers: dict[int, _SegmentBuffer] = {}
+    rejected: list[pa.RecordBatch] = []
+    files: list[WrittenFile] = []
+    rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
+
+    for messages in consume_range(
+        client_config, plan.topic, plan.partition, first, plan.end,
+        poll_timeout_ms, fail_on_data_loss,
+    ):
+        batch = messages_to_batch(messages)
+        if plan.compact:
+            null_key = pc.is_null(batch.column("key"))
+            if pc.any(null_key).as_py():
+                bad = batch.filter(null_key)
+                bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
+                if bad.num_rows:
+                    rejected.append(bad)
+                batch = batch.filter(pc.invert(null_key))
+                if batch.num_rows == 0:
+                    continue
+        sizes = record_sizes(batch)
+        millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        segments = roller.assign(batch.column("offset").to_pylist(), millis, sizes)
+        seg_array = pa.array(segments, pa.int64())
+        for segment in sorted(set(segments)):
+            mask = pc.equal(seg_array, segment)
+            part = batch.filter(mask)
+            buf = buffers.setdefault(segment, _SegmentBuffer())
+            buf.batches.append(part.drop_columns(LOG_PARTITION_COLUMNS[:1]))
+            buf.record_bytes += sum(s for s, m in zip(sizes, mask.to_pylist(), strict=True) if m)
+            buf.nbytes += part.nbytes
+        newest = segments[-1]
+        for segment in [s for s in buffers if s != newest or buffers[s].nbytes > _FLUSH_BYTES]:
+            files.append(_log_file(plan, segment, buffers.pop(segment)))
+    for segment, buf in sorted(buffers.items()):
+        files.append(_log_file(plan, segment, buf))
+    if rejected:
+        files.append(_rejected_file(plan, rejected))
+    return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files))
+
+
+def plan_ranges(
+    config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int
+) -> list[PartitionPlan]:
+    """Driver side, step 1: a plan per non-empty range from one snapshot of each topic."""
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for topic, partition, start, end in ranges:
+        by_topic.setdefault(topic, []).append((partition, start, end))
+    plans: list[PartitionPlan] = []
+    for topic, parts in sorted(by_topic.items()):
+        tc = config.topic(topic)
+        paths = topic_paths(config.lake_path, topic)
+        log_table = ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS)
+        rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None)
+        logs = read_partition_logs(log_table, [p for p, _, _ in parts])
+        for partition, start, end in sorted(parts):
+            plog = logs[partition]
+            if plog.committed_offset is not None and plog.committed_offset >= end - 1:
+                continue  # a replayed batch: everything is in the lake already
+            plans.append(PartitionPlan(
+                topic=topic, partition=partition, start=start, end=end,
+                log_path=paths.log, rejected_path=paths.rejected,
+                committed_offset=plog.committed_offset,
+                rejected_offset=rejected_table.transaction_version(
+                    INGEST_APP_ID.format(partition=partition)),
+                active=plog.writer_segment(tc.roll_ms, now_ms),
+                segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
+                now_ms=now_ms,
+            ))
+    return plans
+
+
+def _add(f: WrittenFile, now_ms: int) -> AddAction:
+    return AddAction(f.path, f.size, dict(f.partition_values), now_ms, True, f.stats)
+
+
+def _commit(
+    path: str, schema: pa.Schema, partition_by: list[str] | None,
+    files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
+) -> None:
+    table = DeltaTable(path)
+    for partition, version in versions.items():
+        current = table.transaction_version(INGEST_APP_ID.format(partition=partition))
+        if current is not None and current >= version:
+            raise LakeError(
+                f"{path}: partition {partition} already holds offsets up to {current}, written "
+                f"by another writer while this one wrote up to {version}; stop the other "
+                "'compactor run' on this lake and topic (only one may mirror it)"
+            )
+    txns = [Transaction(INGEST_APP_ID.format(partition=p), v, now_ms) for p, v in versions.items()]
+    try:
+        table.create_write_transaction(
+            [_add(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
+            commit_properties=CommitProperties(app_transactions=txns),
+        )
+    except Exception as exc:
+        raise LakeError(
+            f"commit to {path} failed: {exc}. If another 'compactor run' mirrors the same "
+            "topic into this lake, stop one of them."
+        ) from exc
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one micro-batch appended to one topic."""
+
+    records: int
+    record_bytes: int
+    rejected: int
+    files: int
+    partitions: int
+
+
+def commit_ranges(config: CompactorConfig, results: list[RangeResult]) -> dict[str, BatchStats]:
+    """Driver side, step 3: rejected files first, then one log commit per topic."""
+    now_ms = int(time.time() * 1000)
+    stats: dict[str, BatchStats] = {}
+    for topic in sorted({r.topic for r in results}):
+        mine = [r for r in results if r.topic == topic]
+        paths = topic_paths(config.lake_path, topic)
+        rejected = [f for r in mine for f in r.files if f.table == "rejected"]
+        if rejected:
+            versions = {r.partition: r.last_offset for r in mine
+                        if any(f.table == "rejected" for f in r.files)}
+            _commit(paths.rejected, REJECTED_SCHEMA, None, rejected, versions, now_ms)
+        log_files = [f for r in mine for f in r.files if f.table == "log"]
+        _commit(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
+                {r.partition: r.last_offset for r in mine}, now_ms)
+        stats[topic] = BatchStats(
+            records=sum(f.records for f in log_files),
+            record_bytes=sum(f.record_bytes for f in log_files),
+            rejected=sum(f.records for f in rejected),
+            files=len(log_files),
+            partitions=len(mine),
+        )
+    return stats
+
