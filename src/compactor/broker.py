@@ -65,7 +65,8 @@ class EmbeddedBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        # log_level 0: refused connections while the broker boots are expected, not news.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise BrokerUnavailableError(

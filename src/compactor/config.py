@@ -228,10 +228,10 @@ def _parse_value(key: str, raw: str, parse: Callable[[str], Any], check: Check) 
     return value
 
 
-def _unknown(key: str) -> ConfigError:
+def _unknown(key: str, value: str) -> ConfigError:
     close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else "see conf/example.properties for the keys"
-    return ConfigError(key, "", "is not a known configuration key", hint)
+    return ConfigError(key, value, "is not a known configuration key", hint)
 
 
 def _split_topic_key(key: str) -> tuple[str, str] | None:
@@ -274,7 +274,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         elif key.startswith("topic."):
             split = _split_topic_key(key)
             if split is None:
-                raise _unknown(key)
+                raise _unknown(key, value)
             topic, name = split
             spec = TOPIC_KEYS[name]
             layers.setdefault(topic, {})[name] = _parse_value(key, value, spec.parse, spec.check)
@@ -292,7 +292,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         elif key in KNOWN_KEYS:
             broker_raw[key] = value
         else:
-            raise _unknown(key)
+            raise _unknown(key, value)
 
     for name, spec in TOPIC_KEYS.items():
         if spec.broker_key in broker_raw:

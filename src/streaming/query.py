@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from compactor import exceptions as errors
 from compactor.config import CompactorConfig
-from compactor.layout import topic_paths, open_table
+from compactor.exceptions import CompactorError
+from compactor.layout import open_table, topic_paths
 from compactor.segments import read_partition_logs
 from compactor.writer import BatchStats, commit_ranges, plan_ranges, write_range
+from streaming import exceptions as streaming_errors
+from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
 from streaming.offsets import EARLIEST, LATEST, OffsetReader
 
@@ -48,6 +53,30 @@ def starting_offsets(config: CompactorConfig) -> str:
     return json.dumps(offsets)
 
 
+_ERROR_CLASSES: dict[str, type[CompactorError]] = {
+    name: cls
+    for module in (errors, streaming_errors)
+    for name, cls in vars(module).items()
+    if isinstance(cls, type) and issubclass(cls, CompactorError) and cls is not errors.ConfigError
+}
+
+
+def unwrap_error(exc: BaseException) -> CompactorError:
+    """Map an exception raised in a Python worker back to the product's class and message.
+
+    Errors raised by the source or by tasks reach the driver as text inside Spark's
+    exception; the last ``<ErrorClass>: message`` line names ours.
+    """
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        match = re.search(r"(?:compactor\.exceptions\.|streaming\.exceptions\.)?(\w+Error): (.+)", line)
+        cls = _ERROR_CLASSES.get(match.group(1)) if match else None
+        if match and cls is not None:
+            return cls(match.group(2).strip())
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return StreamingError(f"the streaming query failed: {first}")
+
+
 @dataclass
 class MirrorProgress:
     """Running totals of what the mirror appended, for logs, the CLI and the demo."""
@@ -57,7 +86,7 @@ class MirrorProgress:
     record_bytes: int = 0
     rejected: int = 0
     per_topic: dict[str, int] = field(default_factory=dict)
-    listeners: list[Callable[[int, dict[str, BatchStats]], None]] = field(default_factory=list)
+    listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = field(default_factory=list)
 
     def add(self, batch_id: int, stats: dict[str, BatchStats]) -> None:
         self.batches += 1
@@ -77,8 +106,20 @@ class Mirror:
         self.spark = spark
         self.config = config
         self.progress = MirrorProgress()
+        self.in_batch = False
+        self.failure: BaseException | None = None
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
+        self.in_batch = True
+        try:
+            self._append(df, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        finally:
+            self.in_batch = False
+
+    def _append(self, df: DataFrame, batch_id: int) -> None:
         ranges = [
             (r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
             for r in df.collect()
@@ -102,6 +143,12 @@ class Mirror:
                  sum(s.rejected for s in stats.values()),
                  sum(s.files for s in stats.values()), took)
         self.progress.add(batch_id, stats)
+
+    def error(self, exc: BaseException) -> CompactorError:
+        """The product error behind a failed query, unwrapped from Spark's and Py4J's."""
+        if isinstance(self.failure, CompactorError):
+            return self.failure
+        return unwrap_error(exc)
 
     def start(self, once: bool = False) -> StreamingQuery:
         cfg = self.config

@@ -1,0 +1,77 @@
+"""Shared fixtures: one real broker (Tansu) and one real Spark session per test session."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from compactor.broker import EmbeddedBroker
+
+    with EmbeddedBroker(tmp_path_factory.mktemp("broker") / "tansu.log") as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from streaming.session import build_session
+
+    session = build_session({"spark.master": "local[2]", "spark.ui.enabled": "false"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_factory(broker: Any) -> Callable[..., str]:
+    """Create a uniquely named topic; returns its name."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+
+    def create(partitions: int = 3, config: Mapping[str, str] | None = None,
+               name: str | None = None) -> str:
+        topic = name or f"t-{uuid.uuid4().hex[:12]}"
+        admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))])[
+            topic].result(timeout=30)
+        wait_until(lambda: topic in admin.list_topics(timeout=5).topics, 30, f"topic {topic}")
+        return topic
+
+    return create
+
+
+@pytest.fixture
+def lake_config(broker: Any, tmp_path: Path) -> Callable[..., Any]:
+    """A validated CompactorConfig for one topic with its own lake and checkpoint dirs."""
+    from compactor.admin import resolve_config
+    from compactor.config import build_config
+
+    def make(topic: str, **extra: str) -> Any:
+        raw = {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "topics": topic,
+            "lake.path": str(tmp_path / "lake"),
+            "checkpoint.path": str(tmp_path / "checkpoints"),
+            **{k.replace("_", "."): v for k, v in extra.items()},
+        }
+        return resolve_config(build_config(raw))
+
+    return make

@@ -1,0 +1,74 @@
+"""The ``pykafka`` data source used directly, as in a user's own Spark job."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from compactor.workload import Record, produce
+from tests.conftest import wait_until
+
+
+def _stream(spark: Any, broker: Any, **options: str) -> Any:
+    reader = spark.readStream.format("pykafka").option(
+        "kafka.bootstrap.servers", broker.bootstrap_servers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_schema_headers_and_admission_control(spark, broker, topic_factory, tmp_path) -> None:
+    topic = topic_factory(2)
+    records = [Record(f"k{i}".encode(), None if i == 3 else f"v{i}".encode(), i % 2,
+                      1_700_000_000_000 + i, (("h", b"x"), ("none", None)))
+               for i in range(50)]
+    produce(broker.bootstrap_servers, topic, records)
+    df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest",
+                 includeHeaders="true", maxOffsetsPerTrigger="10")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")
+    batches: list[list[Any]] = []
+    query = (df.writeStream.foreachBatch(lambda d, _id: batches.append(d.collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = [r for b in batches for r in b]
+    assert sorted((r.key, r.value) for r in rows) == sorted((r.key, r.value) for r in records)
+    assert all(len(b) <= 10 for b in batches) and len(batches) >= 5
+    row = next(r for r in rows if r.key == b"k4")
+    assert (row.partition, row.offset, row.topic) == (0, 2, topic)
+    assert [(h.key, h.value) for h in row.headers] == [("h", b"x"), ("none", None)]
+
+
+def test_pattern_subscription_picks_up_new_partitions(spark, broker, topic_factory,
+                                                      tmp_path) -> None:
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    first = topic_factory(1, name=f"{prefix}-a")
+    produce(broker.bootstrap_servers, first, [Record(b"a", b"1", 0)])
+    df = _stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest")
+    seen: list[Any] = []
+    query = (df.writeStream.foreachBatch(lambda d, _id: seen.extend(d.collect()))
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: len(seen) == 1, 60, "the first topic's record")
+        second = topic_factory(2, name=f"{prefix}-b")
+        produce(broker.bootstrap_servers, second,
+                [Record(b"b", b"2", 0), Record(b"c", b"3", 1)])
+        wait_until(lambda: len(seen) == 3, 60, "records of the topic created while running")
+    finally:
+        query.stop()
+    assert sorted((r.topic, r.partition, r.offset) for r in seen) == [
+        (first, 0, 0), (second, 0, 0), (second, 1, 0)]
+
+
+def test_missing_options_fail_with_a_clear_message(spark) -> None:
+    with pytest.raises(Exception, match="kafka.bootstrap.servers is required"):
+        spark.readStream.format("pykafka").option("subscribe", "x").load()
+    with pytest.raises(Exception, match="exactly one of the options subscribe"):
+        spark.readStream.format("pykafka").option("kafka.bootstrap.servers", "h:1").load()

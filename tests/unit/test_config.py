@@ -1,0 +1,133 @@
+import pytest
+
+from compactor.config import (
+    LONG_MAX,
+    broker_overrides,
+    build_config,
+    resolve_topic,
+    with_topic_configs,
+)
+from compactor.exceptions import ConfigError
+
+BASE = {"bootstrap.servers": "localhost:9092", "topics": "orders,orders.v1", "lake.path": "/l"}
+
+
+def config(**extra: str):
+    return build_config({**BASE, **extra})
+
+
+def test_kafka_defaults_when_nothing_is_given() -> None:
+    tc = resolve_topic(config(), "orders", {})
+    assert tc.cleanup_policy == frozenset({"delete"})
+    assert tc.segment_bytes == 1073741824
+    assert tc.segment_ms == 7 * 24 * 3600 * 1000
+    assert tc.min_cleanable_dirty_ratio == 0.5
+    assert tc.max_compaction_lag_ms == LONG_MAX
+    assert tc.delete_retention_ms == 86400000
+    assert tc.sources["segment.ms"] == "kafka default"
+
+
+def test_layers_topic_override_file_broker_log_default() -> None:
+    cfg = build_config({
+        **BASE,
+        "topic.orders.v1.segment.ms": "111",  # topic names may contain dots
+        "segment.ms": "222",
+        "delete.retention.ms": "333",
+        "log.cleaner.delete.retention.ms": "444",
+        "log.cleaner.min.compaction.lag.ms": "5",
+        "log.roll.hours": "1",
+    })
+    broker = {"delete.retention.ms": "999", "min.compaction.lag.ms": "7"}
+    v1 = resolve_topic(cfg, "orders.v1", broker)
+    assert v1.segment_ms == 111 and v1.sources["segment.ms"] == "topic override"
+    orders = resolve_topic(cfg, "orders", broker)
+    assert orders.segment_ms == 222 and orders.sources["segment.ms"] == "file"
+    assert orders.delete_retention_ms == 333  # the file beats the broker
+    assert orders.min_compaction_lag_ms == 7  # the broker beats log.* defaults
+    bare = resolve_topic(cfg, "orders", {})
+    assert bare.min_compaction_lag_ms == 5
+    assert bare.sources["min.compaction.lag.ms"] == "broker default (file)"
+
+
+def test_broker_wide_hours_alias() -> None:
+    cfg = build_config({**BASE, "log.retention.hours": "2"})
+    assert resolve_topic(cfg, "orders", {}).retention_ms == 2 * 3_600_000
+
+
+def test_kip354_roll_uses_min_of_segment_ms_and_max_lag_for_compacted_topics() -> None:
+    cfg = config(**{"cleanup.policy": "compact", "segment.ms": "10000",
+                    "max.compaction.lag.ms": "3000"})
+    assert resolve_topic(cfg, "orders", {}).roll_ms == 3000
+    plain = config(**{"cleanup.policy": "delete", "segment.ms": "10000",
+                      "max.compaction.lag.ms": "3000"})
+    assert resolve_topic(plain, "orders", {}).roll_ms == 10000
+
+
+def test_max_lag_below_min_lag_is_refused_with_key_value_and_rule() -> None:
+    with pytest.raises(ConfigError) as info:
+        config(**{"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"})
+    text = str(info.value)
+    assert "max.compaction.lag.ms" in text and "1000" in text
+    assert "must be >= min.compaction.lag.ms (5000)" in text
+    assert info.value.exit_code == 2
+
+
+def test_conflict_found_only_after_broker_values_is_refused() -> None:
+    cfg = config(**{"min.compaction.lag.ms": "5000"})
+    with pytest.raises(ConfigError, match="must be >= min.compaction.lag.ms"):
+        with_topic_configs(cfg, {"orders": {"max.compaction.lag.ms": "10"}})
+
+
+@pytest.mark.parametrize(("key", "value", "rule"), [
+    ("min.cleanable.dirty.ratio", "1.5", "between 0 and 1"),
+    ("min.cleanable.dirty.ratio", "-0.1", "between 0 and 1"),
+    ("min.cleanable.dirty.ratio", "half", "must be a number"),
+    ("segment.bytes", "10", ">= 14"),
+    ("cleanup.policy", "compact,erase", "'compact', 'delete'"),
+    ("fail.on.data.loss", "yes", "true or false"),
+    ("log.cleaner.dedupe.buffer.size", "1", ">= 24"),
+    ("starting.offsets", "middle", "'earliest' or 'latest'"),
+])
+def test_invalid_values_name_key_value_and_rule(key: str, value: str, rule: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config(**{key: value})
+    assert key in str(info.value) and value in str(info.value) and rule in str(info.value)
+
+
+def test_unknown_key_suggests_the_closest() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'segment.bytes'"):
+        config(**{"segment.byte": "100"})
+
+
+def test_missing_required_key() -> None:
+    with pytest.raises(ConfigError, match="lake.path.*is required"):
+        build_config({"bootstrap.servers": "x:1", "topics": "a"})
+
+
+def test_override_for_unmirrored_topic_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not in 'topics'"):
+        config(**{"topic.payments.segment.ms": "1000"})
+
+
+def test_pass_through_and_defaults() -> None:
+    cfg = config(**{"kafka.security.protocol": "SASL_SSL", "spark.master": "local[2]"})
+    assert cfg.kafka_client_config()["security.protocol"] == "SASL_SSL"
+    assert cfg.kafka_client_config()["isolation.level"] == "read_committed"
+    assert cfg.spark["spark.master"] == "local[2]"
+    assert cfg.checkpoint_path == "/l/checkpoints"
+
+
+def test_config_is_frozen() -> None:
+    cfg = config()
+    with pytest.raises(AttributeError):
+        cfg.lake_path = "/elsewhere"  # type: ignore[misc]
+
+
+def test_broker_overrides_skip_kafka_defaults_but_keep_real_settings() -> None:
+    chosen = broker_overrides({
+        "cleanup.policy": ("compact", True),  # mislabelled as default, but not Kafka's default
+        "segment.ms": ("604800000", True),  # Kafka's default: not the topic's own
+        "retention.ms": ("604800000", False),  # explicitly set, even if equal
+        "flush.ms": ("1", False),  # not a key the mirror uses
+    })
+    assert chosen == {"cleanup.policy": "compact", "retention.ms": "604800000"}
