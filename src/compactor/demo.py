@@ -114,7 +114,8 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000) -> int
         keyed = len(workload.records) - workload.null_keys
         distinct = len(set(zip(table.column("partition").to_pylist(),
                                table.column("offset").to_pylist(), strict=True)))
-        ok = table.num_rows == keyed and distinct == keyed and rejected.num_rows == workload.null_keys
+        ok = (table.num_rows == keyed and distinct == keyed
+              and rejected.num_rows == workload.null_keys)
         say(f"      check: {table.num_rows:,} keyed records in the lake, {keyed:,} produced, "
             f"each offset once: {'OK' if ok else 'MISMATCH'}")
         sample = sorted(workload.deleted_users)[0]

@@ -15,8 +15,6 @@ from deltalake import DeltaTable
 
 from compactor.layout import INGEST_APP_ID, record_bytes_of
 
-_EPOCH_US = 1000
-
 
 @dataclass(frozen=True)
 class Segment:
@@ -179,8 +177,10 @@ def _to_ms(value: object) -> int:
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.timezone.utc)
         delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-        return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // _EPOCH_US
-    return int(value)  # type: ignore[call-overload]
+        return delta // dt.timedelta(milliseconds=1)
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a timestamp: {value!r}")
 
 
 def read_partition_logs(

@@ -36,6 +36,7 @@ class RunSummary:
     rejected: int
     per_topic: dict[str, int]
     seconds: float
+    busy_seconds: float
 
 
 class Service:
@@ -76,7 +77,7 @@ class Service:
                 if self._stop.is_set() and not mirror.in_batch:
                     query.stop()
                     break
-                query.awaitTermination(0.2)
+                query.awaitTermination(1)
             if query.exception() is not None:
                 raise mirror.error(query.exception())  # type: ignore[arg-type]
         except Exception as exc:
@@ -90,4 +91,4 @@ class Service:
                 query.stop()
         p = mirror.progress
         return RunSummary(p.batches, p.records, p.record_bytes, p.rejected, dict(p.per_topic),
-                          time.monotonic() - started)
+                          time.monotonic() - started, p.busy_seconds)

@@ -194,7 +194,8 @@ def write_range(
     """Task side: consume the plan's range and write its segment files (step 2)."""
     from streaming.consumer import consume_range, messages_to_batch
 
-    first = max(plan.start, (plan.committed_offset if plan.committed_offset is not None else -1) + 1)
+    committed = plan.committed_offset if plan.committed_offset is not None else -1
+    first = max(plan.start, committed + 1)
     roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
     buffers: dict[int, _SegmentBuffer] = {}
     rejected: list[pa.RecordBatch] = []

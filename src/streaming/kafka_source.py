@@ -195,9 +195,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = self._partitions()
-        self._target = to_offsets([
-            OffsetRange(t, p, 0, end) for (t, p), end in self._offsets.offsets(tps, "latest").items()
-        ])
+        latest = self._offsets.offsets(tps, "latest")
+        self._target = to_offsets([OffsetRange(t, p, 0, end) for (t, p), end in latest.items()])
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         planned = [

@@ -38,7 +38,7 @@ class OffsetRange:
 
 
 def parse_starting_offsets(value: str) -> str | Offsets:
-    """``earliest``, ``latest`` or Spark's JSON (``{"t":{"0":23,"1":-2}}``, -2 earliest, -1 latest)."""
+    """``earliest``, ``latest`` or JSON ``{"t":{"0":23,"1":-2}}`` (-2 earliest, -1 latest)."""
     text = value.strip()
     if text in ("earliest", "latest"):
         return text

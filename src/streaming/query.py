@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
@@ -53,6 +53,7 @@ def starting_offsets(config: CompactorConfig) -> str:
     return json.dumps(offsets)
 
 
+_ERROR_LINE = re.compile(r"(?:compactor\.exceptions\.|streaming\.exceptions\.)?(\w+Error): (.+)")
 _ERROR_CLASSES: dict[str, type[CompactorError]] = {
     name: cls
     for module in (errors, streaming_errors)
@@ -69,7 +70,7 @@ def unwrap_error(exc: BaseException) -> CompactorError:
     """
     text = str(exc)
     for line in reversed(text.splitlines()):
-        match = re.search(r"(?:compactor\.exceptions\.|streaming\.exceptions\.)?(\w+Error): (.+)", line)
+        match = _ERROR_LINE.search(line)
         cls = _ERROR_CLASSES.get(match.group(1)) if match else None
         if match and cls is not None:
             return cls(match.group(2).strip())
@@ -85,11 +86,13 @@ class MirrorProgress:
     records: int = 0
     record_bytes: int = 0
     rejected: int = 0
+    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit
     per_topic: dict[str, int] = field(default_factory=dict)
     listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = field(default_factory=list)
 
-    def add(self, batch_id: int, stats: dict[str, BatchStats]) -> None:
+    def add(self, batch_id: int, stats: Mapping[str, BatchStats], seconds: float) -> None:
         self.batches += 1
+        self.busy_seconds += seconds
         for topic, s in stats.items():
             self.records += s.records
             self.record_bytes += s.record_bytes
@@ -120,6 +123,7 @@ class Mirror:
             self.in_batch = False
 
     def _append(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         ranges = [
             (r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
             for r in df.collect()
@@ -130,7 +134,6 @@ class Mirror:
             return
         client = self.config.kafka_client_config()
         fail = self.config.fail_on_data_loss
-        started = time.monotonic()
         results = (
             self.spark.sparkContext.parallelize(plans, len(plans))
             .map(lambda plan: write_range(plan, client, 120_000, fail))
@@ -142,7 +145,7 @@ class Mirror:
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,
                  sum(s.rejected for s in stats.values()),
                  sum(s.files for s in stats.values()), took)
-        self.progress.add(batch_id, stats)
+        self.progress.add(batch_id, stats, took)
 
     def error(self, exc: BaseException) -> CompactorError:
         """The product error behind a failed query, unwrapped from Spark's and Py4J's."""
