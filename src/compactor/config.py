@@ -97,6 +97,9 @@ TOPIC_KEYS: Mapping[str, _Topic] = {
     "delete.retention.ms": _Topic(_int, _at_least(0), 86400000, "log.cleaner.delete.retention.ms"),
     "retention.ms": _Topic(_int, _at_least(-1), 604800000, "log.retention.ms"),
     "retention.bytes": _Topic(_int, _at_least(-1), -1, "log.retention.bytes"),
+    # Not a Kafka key: how long files removed from the log stay on disk for readers of older
+    # snapshots before vacuum deletes them. -1 = min(1 hour, max.compaction.lag.ms / 4).
+    "vacuum.grace.ms": _Topic(_int, _at_least(-1), -1, "log.cleaner.vacuum.grace.ms"),
 }
 # Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
 _BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {
@@ -149,6 +152,7 @@ class TopicConfig:
     delete_retention_ms: int = 86400000
     retention_ms: int = 604800000
     retention_bytes: int = -1
+    vacuum_grace: int = -1
     # key -> where its value came from: "topic override", "file", "broker", "broker default",
     # "kafka default". Shown by describe-config.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -160,6 +164,13 @@ class TopicConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def vacuum_grace_ms(self) -> int:
+        """The vacuum grace; by default it leaves three quarters of the max lag for the rest."""
+        if self.vacuum_grace >= 0:
+            return self.vacuum_grace
+        return min(3_600_000, self.max_compaction_lag_ms // 4)
 
     @property
     def roll_ms(self) -> int:
@@ -398,6 +409,7 @@ def resolve_topic(
         delete_retention_ms=values["delete.retention.ms"],
         retention_ms=values["retention.ms"],
         retention_bytes=values["retention.bytes"],
+        vacuum_grace=values["vacuum.grace.ms"],
         sources=MappingProxyType(sources),
     )
 

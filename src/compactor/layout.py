@@ -49,7 +49,10 @@ TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "false",
 }
 
+# Delta app transaction ids, one per writer role and Kafka partition; the version is the
+# role's position: ingest = last offset written, cleaner = first dirty offset (checkpoint).
 INGEST_APP_ID = "compactor-ingest-{partition}"
+CLEANER_APP_ID = "compactor-cleaner-{partition}"
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.(\d+)b\.[0-9a-f]+\.parquet$")
 

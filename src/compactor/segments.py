@@ -8,27 +8,70 @@ Delta snapshot (partition values, statistics, file names); nothing is kept on th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from compactor.layout import INGEST_APP_ID, record_bytes_of
+from compactor.layout import CLEANER_APP_ID, INGEST_APP_ID, record_bytes_of
 
 
 @dataclass(frozen=True)
-class Segment:
-    """One segment as the Delta log describes it."""
+class DataFile:
+    """One Parquet file of the log, as its add action describes it."""
 
+    path: str
     partition: int
-    base_offset: int
+    segment: int
+    first_offset: int
     last_offset: int
     records: int
     record_bytes: int
     size_bytes: int
-    min_timestamp_ms: int
-    max_timestamp_ms: int
-    files: tuple[str, ...]
+    min_timestamp_ms: int | None
+    max_timestamp_ms: int | None
+    min_delete_horizon_ms: int | None  # earliest tombstone horizon stamped by the cleaner
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment: the files under ``partition=P/segment=S``, in offset order."""
+
+    partition: int
+    base_offset: int
+    files: tuple[DataFile, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return max(f.last_offset for f in self.files)
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def record_bytes(self) -> int:
+        return sum(f.record_bytes for f in self.files)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def min_timestamp_ms(self) -> int:
+        stamps = [f.min_timestamp_ms for f in self.files if f.min_timestamp_ms is not None]
+        return min(stamps, default=0)
+
+    @property
+    def max_timestamp_ms(self) -> int:
+        stamps = [f.max_timestamp_ms for f in self.files if f.max_timestamp_ms is not None]
+        return max(stamps, default=0)
+
+    @property
+    def min_delete_horizon_ms(self) -> int | None:
+        horizons = [f.min_delete_horizon_ms for f in self.files
+                    if f.min_delete_horizon_ms is not None]
+        return min(horizons, default=None)
 
     def roll_deadline_ms(self, roll_ms: int) -> int:
         """When this segment counts as rolled even if nothing follows it."""
@@ -51,6 +94,17 @@ class PartitionLog:
     partition: int
     segments: tuple[Segment, ...]
     committed_offset: int | None
+    cleaner_offset: int | None = None  # the cleaner checkpoint: first dirty offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset after the last record the lake holds (or has committed)."""
+        last = self.segments[-1].last_offset if self.segments else -1
+        return max(last, self.committed_offset if self.committed_offset is not None else -1) + 1
 
     @property
     def active(self) -> Segment | None:
@@ -129,44 +183,50 @@ def record_sizes(batch: pa.RecordBatch) -> list[int]:
     return list(total.to_pylist())
 
 
-@dataclass
-class _Acc:
-    last: int = -1
-    records: int = 0
-    record_bytes: int = 0
-    size: int = 0
-    min_ts: int | None = None
-    max_ts: int | None = None
-    files: list[str] = field(default_factory=list)
+def _column(cols: Mapping[str, list[object]], name: str, n: int) -> list[object]:
+    """A statistics column; absent when no file has a value for it."""
+    return cols.get(name) or [None] * n
 
 
-def _segments_from_actions(actions: pa.Table) -> dict[int, list[Segment]]:
-    grouped: dict[tuple[int, int], _Acc] = {}
+def _files_from_actions(actions: pa.Table) -> list[DataFile]:
     cols = {name: actions.column(name).to_pylist() for name in actions.column_names}
+    n = actions.num_rows
+    min_ts, max_ts = _column(cols, "min.timestamp", n), _column(cols, "max.timestamp", n)
+    horizon = _column(cols, "min.deleteHorizonMs", n)
+    files = []
     for i, path in enumerate(cols["path"]):
-        key = (int(cols["partition.partition"][i]), int(cols["partition.segment"][i]))
-        acc = grouped.setdefault(key, _Acc())
-        size = int(cols["size_bytes"][i])
-        acc.last = max(acc.last, int(cols["max.offset"][i]))
-        acc.records += int(cols["num_records"][i])
-        acc.record_bytes += record_bytes_of(str(path), size)
-        acc.size += size
-        acc.files.append(str(path))
-        if cols["min.timestamp"][i] is not None:
-            ms = _to_ms(cols["min.timestamp"][i])
-            acc.min_ts = ms if acc.min_ts is None else min(acc.min_ts, ms)
-        if cols["max.timestamp"][i] is not None:
-            ms = _to_ms(cols["max.timestamp"][i])
-            acc.max_ts = ms if acc.max_ts is None else max(acc.max_ts, ms)
-    result: dict[int, list[Segment]] = {}
-    for (partition, base), acc in sorted(grouped.items()):
-        result.setdefault(partition, []).append(Segment(
-            partition=partition, base_offset=base, last_offset=acc.last, records=acc.records,
-            record_bytes=acc.record_bytes, size_bytes=acc.size,
-            min_timestamp_ms=acc.min_ts or 0, max_timestamp_ms=acc.max_ts or 0,
-            files=tuple(sorted(acc.files)),
+        size = _as_int(cols["size_bytes"][i])
+        files.append(DataFile(
+            path=str(path),
+            partition=_as_int(cols["partition.partition"][i]),
+            segment=_as_int(cols["partition.segment"][i]),
+            first_offset=_as_int(cols["min.offset"][i]),
+            last_offset=_as_int(cols["max.offset"][i]),
+            records=_as_int(cols["num_records"][i]),
+            record_bytes=record_bytes_of(str(path), size),
+            size_bytes=size,
+            min_timestamp_ms=None if min_ts[i] is None else _to_ms(min_ts[i]),
+            max_timestamp_ms=None if max_ts[i] is None else _to_ms(max_ts[i]),
+            min_delete_horizon_ms=None if horizon[i] is None else _as_int(horizon[i]),
         ))
+    return files
+
+
+def _segments(files: list[DataFile]) -> dict[int, list[Segment]]:
+    grouped: dict[tuple[int, int], list[DataFile]] = {}
+    for f in files:
+        grouped.setdefault((f.partition, f.segment), []).append(f)
+    result: dict[int, list[Segment]] = {}
+    for (partition, base), members in sorted(grouped.items()):
+        members.sort(key=lambda f: f.first_offset)
+        result.setdefault(partition, []).append(Segment(partition, base, tuple(members)))
     return result
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a number: {value!r}")
 
 
 def _to_ms(value: object) -> int:
@@ -178,9 +238,7 @@ def _to_ms(value: object) -> int:
             value = value.replace(tzinfo=dt.timezone.utc)
         delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
         return delta // dt.timedelta(milliseconds=1)
-    if isinstance(value, int | float | str):
-        return int(value)
-    raise TypeError(f"not a timestamp: {value!r}")
+    return _as_int(value)
 
 
 def read_partition_logs(
@@ -188,14 +246,14 @@ def read_partition_logs(
 ) -> Mapping[int, PartitionLog]:
     """Every partition's segments and committed ingest offset, from one snapshot of ``table``."""
     actions = pa.table(table.get_add_actions(flatten=True))
-    by_partition = _segments_from_actions(actions) if actions.num_rows else {}
+    by_partition = _segments(_files_from_actions(actions)) if actions.num_rows else {}
     wanted = set(by_partition) | set(partitions or ())
-    logs: dict[int, PartitionLog] = {}
-    for partition in sorted(wanted):
-        version = table.transaction_version(INGEST_APP_ID.format(partition=partition))
-        logs[partition] = PartitionLog(
+    return {
+        partition: PartitionLog(
             partition=partition,
             segments=tuple(by_partition.get(partition, ())),
-            committed_offset=version,
+            committed_offset=table.transaction_version(INGEST_APP_ID.format(partition=partition)),
+            cleaner_offset=table.transaction_version(CLEANER_APP_ID.format(partition=partition)),
         )
-    return logs
+        for partition in sorted(wanted)
+    }

@@ -21,21 +21,18 @@ the race in delta-rs or finds the versions moved under it.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Transaction
-from deltalake.transaction import AddAction, CommitProperties
+from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
+from compactor.datafiles import WrittenFile, add_action, write_data_file
 from compactor.exceptions import LakeError
 from compactor.layout import (
     INGEST_APP_ID,
@@ -43,10 +40,7 @@ from compactor.layout import (
     LOG_SCHEMA,
     REJECTED_SCHEMA,
     TIMESTAMP_TYPE,
-    data_file_name,
     ensure_table,
-    is_local,
-    local_path,
     topic_paths,
 )
 from compactor.segments import ActiveSegment, SegmentRoller, read_partition_logs, record_sizes
@@ -55,7 +49,6 @@ log = logging.getLogger(__name__)
 
 NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
 _FLUSH_BYTES = 64 * 1024 * 1024
-_NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
 
 
 @dataclass(frozen=True)
@@ -78,77 +71,11 @@ class PartitionPlan:
 
 
 @dataclass(frozen=True)
-class WrittenFile:
-    table: str  # "log" or "rejected"
-    path: str  # relative to the table root
-    size: int
-    partition_values: Mapping[str, str]
-    stats: str
-    records: int
-    record_bytes: int
-
-
-@dataclass(frozen=True)
 class RangeResult:
     topic: str
     partition: int
     last_offset: int  # the range's last offset: everything up to it is handled
     files: tuple[WrittenFile, ...] = field(default=())
-
-
-def _iso_ms(ms: int) -> str | None:
-    try:
-        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
-    except OverflowError:
-        return None
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-
-
-def file_stats(table: pa.Table) -> str:
-    """Delta statistics for the non-PII columns only (never key, value or headers)."""
-    offsets = table.column("offset")
-    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000)
-    horizon = (
-        table.column("deleteHorizonMs")
-        if "deleteHorizonMs" in table.column_names
-        else pa.chunked_array([pa.nulls(table.num_rows, pa.int64())])
-    )
-    mins: dict[str, object] = {"offset": pc.min(offsets).as_py()}
-    maxs: dict[str, object] = {"offset": pc.max(offsets).as_py()}
-    lo, hi = _iso_ms(pc.min(millis).as_py()), _iso_ms(pc.max(millis).as_py())
-    if lo is not None and hi is not None:
-        mins["timestamp"], maxs["timestamp"] = lo, hi
-    if horizon.null_count < len(horizon):
-        mins["deleteHorizonMs"] = pc.min(horizon).as_py()
-        maxs["deleteHorizonMs"] = pc.max(horizon).as_py()
-    return json.dumps({
-        "numRecords": table.num_rows,
-        "minValues": mins,
-        "maxValues": maxs,
-        "nullCount": {
-            "offset": 0, "timestamp": table.column("timestamp").null_count,
-            "deleteHorizonMs": horizon.null_count,
-        },
-    })
-
-
-def write_data_file(
-    table_root: str, directory: str, table: pa.Table, record_bytes: int
-) -> tuple[str, int]:
-    """Write one zstd Parquet file; returns (path relative to the table root, size)."""
-    offsets = table.column("offset")
-    name = data_file_name(pc.min(offsets).as_py(), pc.max(offsets).as_py(), record_bytes)
-    relative = f"{directory}/{name}" if directory else name
-    if not is_local(table_root):
-        raise LakeError(f"lake path {table_root}: only local paths are written in this version")
-    full = os.path.join(local_path(table_root), relative)
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    stats_cols = [c for c in _NON_PII_STATS if c in table.column_names]
-    pq.write_table(
-        table, full, compression="zstd", write_statistics=stats_cols,
-        use_dictionary=["topic"] if "topic" in table.column_names else False,
-    )
-    return relative, os.path.getsize(full)
 
 
 class _SegmentBuffer:
@@ -162,14 +89,10 @@ class _SegmentBuffer:
 
 def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> WrittenFile:
     table = pa.Table.from_batches(buf.batches)
-    table = table.append_column(
-        "deleteHorizonMs", pa.nulls(table.num_rows, pa.int64())
-    )
-    directory = f"partition={plan.partition}/segment={segment}"
-    path, size = write_data_file(plan.log_path, directory, table, buf.record_bytes)
-    return WrittenFile(
-        "log", path, size, {"partition": str(plan.partition), "segment": str(segment)},
-        file_stats(table), table.num_rows, buf.record_bytes,
+    table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+    return write_data_file(
+        plan.log_path, f"partition={plan.partition}/segment={segment}", table,
+        buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
     )
 
 
@@ -181,8 +104,7 @@ def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> Writte
         "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
     )
     sizes = sum(sum(record_sizes(b)) for b in batches)
-    path, size = write_data_file(plan.rejected_path, "", table, sizes)
-    return WrittenFile("rejected", path, size, {}, file_stats(table), n, sizes)
+    return write_data_file(plan.rejected_path, "", table, sizes, "rejected")
 
 
 def write_range(
@@ -195,18 +117,26 @@ def write_range(
     from streaming.consumer import consume_range, messages_to_batch
 
     committed = plan.committed_offset if plan.committed_offset is not None else -1
-    first = max(plan.start, committed + 1)
+    messages = consume_range(
+        client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
+        poll_timeout_ms, fail_on_data_loss,
+    )
+    return append_batches(plan, (messages_to_batch(m) for m in messages))
+
+
+def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
+    """Write records (Spark's Kafka schema, offset order) into segment files of the plan."""
+    committed = plan.committed_offset if plan.committed_offset is not None else -1
     roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
     buffers: dict[int, _SegmentBuffer] = {}
     rejected: list[pa.RecordBatch] = []
     files: list[WrittenFile] = []
     rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
 
-    for messages in consume_range(
-        client_config, plan.topic, plan.partition, first, plan.end,
-        poll_timeout_ms, fail_on_data_loss,
-    ):
-        batch = messages_to_batch(messages)
+    for batch in batches:
+        batch = batch.filter(pc.greater(batch.column("offset"), committed))
+        if batch.num_rows == 0:
+            continue
         if plan.compact:
             null_key = pc.is_null(batch.column("key"))
             if pc.any(null_key).as_py():
@@ -269,10 +199,6 @@ def plan_ranges(
     return plans
 
 
-def _add(f: WrittenFile, now_ms: int) -> AddAction:
-    return AddAction(f.path, f.size, dict(f.partition_values), now_ms, True, f.stats)
-
-
 def _commit(
     path: str, schema: pa.Schema, partition_by: list[str] | None,
     files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
@@ -289,7 +215,7 @@ def _commit(
     txns = [Transaction(INGEST_APP_ID.format(partition=p), v, now_ms) for p, v in versions.items()]
     try:
         table.create_write_transaction(
-            [_add(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
+            [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
             commit_properties=CommitProperties(app_transactions=txns),
         )
     except Exception as exc:

@@ -2,9 +2,9 @@ import json
 
 import pyarrow as pa
 
+from compactor.datafiles import file_stats
 from compactor.layout import KAFKA_SCHEMA, data_file_name, record_bytes_of, topic_paths
 from compactor.segments import record_sizes
-from compactor.writer import file_stats
 
 
 def test_file_name_carries_record_bytes() -> None:

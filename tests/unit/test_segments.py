@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.segments import ActiveSegment, PartitionLog, Segment, SegmentRoller
+from compactor.segments import ActiveSegment, DataFile, PartitionLog, Segment, SegmentRoller
 
 
 def test_rolls_before_the_record_that_would_pass_segment_bytes() -> None:
@@ -49,7 +49,8 @@ def test_every_segment_obeys_the_rules(records, segment_bytes, roll_ms) -> None:
 
 
 def _segment(base: int, min_ts: int) -> Segment:
-    return Segment(0, base, base + 9, 10, 100, 1000, min_ts, min_ts + 5, ("f",))
+    f = DataFile(f"f{base}", 0, base, base, base + 9, 10, 100, 1000, min_ts, min_ts + 5, None)
+    return Segment(0, base, (f,))
 
 
 def test_idle_active_segment_past_its_deadline_is_not_continued() -> None:

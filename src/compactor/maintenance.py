@@ -1,0 +1,221 @@
+"""Log maintenance on the driver: choose partitions, run cleaner tasks, commit, vacuum.
+
+Commit protocol of one pass, per partition:
+
+1. Plan from one snapshot of ``L/T/log``: the cleanable range, the segments retention expires,
+   and the cleaner checkpoint C (app transaction ``compactor-cleaner-<partition>``).
+2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
+   files and returns the files to remove and add and the new checkpoint C'.
+3. Under the commit lock (no other commit of this process touches the log meanwhile), the
+   table is read again. If its checkpoint is no longer C, another cleaner committed first and
+   this pass's files are abandoned. Otherwise removes, adds and ``(compactor-cleaner-<p>, C')``
+   go in one Delta commit; a concurrent commit carrying the same app id makes delta-rs refuse
+   one of the two, so a double remove never lands.
+4. Vacuum deletes removed files past the grace period, and old orphans.
+
+A partition whose task fails is marked uncleanable with its error and skipped by later passes
+of this process (``compactor clean --force`` retries it); the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltalake import DeltaTable, Transaction
+from deltalake.transaction import CommitProperties, RemoveAction
+
+from compactor.cleanable import CleanableRange, active_segment, cleanable_range, cleaning_order
+from compactor.cleaner import CleanPlan, CleanResult, clean_partition
+from compactor.config import CompactorConfig
+from compactor.datafiles import add_action
+from compactor.exceptions import LakeError
+from compactor.layout import (
+    CLEANER_APP_ID,
+    LOG_PARTITION_COLUMNS,
+    LOG_SCHEMA,
+    open_table,
+    topic_paths,
+)
+from compactor.retention import expired_segments
+from compactor.segments import read_partition_logs
+from compactor.vacuum import Vacuum, ensure_grace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    topic: str
+    partition: int
+    range: CleanableRange
+    result: CleanResult | None  # None: planned only (dry run) or not due
+    committed: bool = False
+
+
+@dataclass
+class PassReport:
+    """Everything one pass looked at and did."""
+
+    outcomes: list[PartitionOutcome] = field(default_factory=list)
+    vacuumed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def cleaned(self) -> list[PartitionOutcome]:
+        return [o for o in self.outcomes if o.committed]
+
+
+@dataclass(frozen=True)
+class _Planned:
+    plan: CleanPlan
+    checkpoint: int | None
+
+
+class LogMaintenance:
+    """Cleaning, retention and vacuum for every configured topic."""
+
+    def __init__(self, spark: Any | None, config: CompactorConfig,
+                 commit_lock: threading.Lock | None = None) -> None:
+        self._spark = spark
+        self._config = config
+        self._lock = commit_lock or threading.Lock()
+        self._vacuum = Vacuum()
+        self.uncleanable: dict[tuple[str, int], str] = {}
+
+    def _plans(self, topics: list[str], force: bool, now_ms: int,
+               report: PassReport) -> list[_Planned]:
+        planned: list[tuple[CleanableRange, _Planned]] = []
+        cleaner = self._config.cleaner
+        for topic in topics:
+            tc = self._config.topic(topic)
+            table = open_table(topic_paths(self._config.lake_path, topic).log)
+            if table is None:
+                continue
+            for partition, plog in read_partition_logs(table).items():
+                rng = cleanable_range(plog, tc, now_ms)
+                expired = expired_segments(plog, tc, now_ms)
+                due = tc.compact and (rng.eligible or (force and rng.cleanable_bytes > 0))
+                skip = (topic, partition) in self.uncleanable and not force
+                if skip or not (due or expired):
+                    report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
+                    continue
+                active = active_segment(plog, tc.roll_ms, now_ms)
+                planned.append((rng, _Planned(CleanPlan(
+                    topic=topic, partition=partition, log_path=table.table_uri, range=rng,
+                    segments=tuple(s for s in plog.segments if s is not active
+                                   and s.base_offset < rng.first_uncleanable_offset),
+                    expired=tuple(s.base_offset for s in expired),
+                    compact=due, segment_bytes=tc.segment_bytes,
+                    delete_retention_ms=tc.delete_retention_ms,
+                    buffer_bytes=cleaner.dedupe_buffer_size // cleaner.threads,
+                    load_factor=cleaner.io_buffer_load_factor,
+                    io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
+                ), plog.cleaner_offset)))
+        order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
+        planned.sort(key=lambda item: order.get(id(item[0]), len(order)))
+        return [p for _, p in planned]
+
+    def run_pass(self, topics: list[str] | None = None, force: bool = False,
+                 dry_run: bool = False, now_ms: int | None = None) -> PassReport:
+        """Clean every due partition once (``force``: every partition with dirty data).
+
+        ``now_ms`` is the cleaning time (default: the clock), which decides rolls, lags and
+        tombstone horizons.
+        """
+        started = time.monotonic()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        report = PassReport()
+        chosen = topics or list(self._config.topics)
+        planned = self._plans(chosen, force, now_ms, report)
+        if dry_run or not planned:
+            report.outcomes.extend(PartitionOutcome(p.plan.topic, p.plan.partition,
+                                                    p.plan.range, None) for p in planned)
+        else:
+            results = self._execute([p.plan for p in planned])
+            for item, result in zip(planned, results, strict=True):
+                committed = self._commit(item, result)
+                report.outcomes.append(PartitionOutcome(
+                    result.topic, result.partition, item.plan.range, result, committed))
+        if not dry_run:
+            for topic in chosen:
+                report.vacuumed += self._vacuum_topic(topic)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _execute(self, plans: list[CleanPlan]) -> list[CleanResult]:
+        """One Spark task per partition; in this process when there is no Spark session."""
+        if self._spark is None:
+            return [clean_partition(p) for p in plans]
+        results: list[CleanResult] = (
+            self._spark.sparkContext.parallelize(plans, len(plans)).map(clean_partition).collect()
+        )
+        return results
+
+    def run_until_idle(self, max_passes: int = 50) -> list[PassReport]:
+        """Pass after pass while a pass still finds work (a full offset map ends a pass early)."""
+        reports = []
+        for _ in range(max_passes):
+            report = self.run_pass()
+            reports.append(report)
+            if not report.cleaned:
+                break
+        return reports
+
+    def _commit(self, item: _Planned, result: CleanResult) -> bool:
+        key = (result.topic, result.partition)
+        if result.error is not None:
+            self.uncleanable[key] = result.error
+            log.error("%s-%d is uncleanable: %s", *key, result.error)
+            return False
+        self.uncleanable.pop(key, None)
+        app_id = CLEANER_APP_ID.format(partition=result.partition)
+        if not result.removed and not result.added and result.checkpoint == item.checkpoint:
+            return False
+        now_ms = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(f.path, True, now_ms, f.size_bytes,
+                         {"partition": str(f.partition), "segment": str(f.segment)})
+            for f in result.removed
+        ]
+        actions += [add_action(f, now_ms) for f in result.added]
+        with self._lock:
+            table = DeltaTable(item.plan.log_path)
+            if table.transaction_version(app_id) != item.checkpoint:
+                log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
+                return False
+            try:
+                table.create_write_transaction(
+                    actions, "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, result.checkpoint, now_ms)]),
+                )
+            except Exception as exc:
+                log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
+                return False
+        s = result.stats
+        log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
+                 "%d tombstones gone, %d files (%d bytes) written in %.2fs", *key,
+                 result.checkpoint, s.records_dropped, s.tombstones_stamped, s.tombstones_dropped,
+                 len(result.added), s.bytes_written, s.seconds)
+        return True
+
+    def _vacuum_topic(self, topic: str) -> int:
+        path = topic_paths(self._config.lake_path, topic).log
+        table = open_table(path)
+        if table is None:
+            return 0
+        grace = self._config.topic(topic).vacuum_grace_ms
+        try:
+            with self._lock:
+                ensure_grace(table, grace)
+        except Exception as exc:
+            log.warning("%s: cannot record the vacuum grace in the table: %s", path, exc)
+        try:
+            return len(self._vacuum.run(path, grace))
+        except LakeError as exc:
+            log.warning("%s", exc)
+            return 0

@@ -1,0 +1,61 @@
+"""Physical deletion of files the log no longer references.
+
+Files removed by cleaning and retention stay on disk for readers of older snapshots for
+``vacuum.grace.ms``, recorded in each table as ``delta.deletedFileRetentionDuration`` so that
+any Delta tool vacuuming the table honours the same grace. Files no commit ever referenced
+(a pass or batch that died before committing) are deleted once they are
+``ORPHAN_AGE_HOURS`` (or the grace, if longer) old: younger ones may belong to a commit still
+being prepared.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from deltalake import DeltaTable
+
+from compactor.exceptions import LakeError
+
+log = logging.getLogger(__name__)
+
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+ORPHAN_AGE_HOURS = 1
+
+
+def retention_interval(grace_ms: int) -> str:
+    """The table property value for a grace period (whole seconds, at least one)."""
+    return f"interval {max(1, -(-grace_ms // 1000))} seconds"
+
+
+def ensure_grace(table: DeltaTable, grace_ms: int) -> None:
+    """Record the grace period in the table when it differs from what the table says."""
+    wanted = retention_interval(grace_ms)
+    if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
+        table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
+
+
+class Vacuum:
+    """Runs lite vacuum every time and full (orphan) vacuum at most once an hour per table."""
+
+    def __init__(self) -> None:
+        self._last_full: dict[str, float] = {}
+
+    def run(self, path: str, grace_ms: int, dry_run: bool = False) -> list[str]:
+        """Delete removed files past the grace (and old orphans); returns their paths."""
+        orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
+        try:
+            table = DeltaTable(path)
+            deleted = list(table.vacuum(dry_run=dry_run, enforce_retention_duration=True))
+            now = time.monotonic()
+            if not dry_run and now - self._last_full.get(path, 0.0) >= 3600:
+                deleted += table.vacuum(
+                    retention_hours=orphan_hours, dry_run=False, full=True,
+                    enforce_retention_duration=False,
+                )
+                self._last_full[path] = now
+        except Exception as exc:
+            raise LakeError(f"vacuum of {path} failed: {exc}") from exc
+        if deleted:
+            log.info("vacuum %s: deleted %d files", path, len(deleted))
+        return deleted
