@@ -16,6 +16,7 @@ from compactor.broker import EmbeddedBroker
 from compactor.config import build_config
 from compactor.exceptions import ConfigError
 from compactor.layout import topic_paths
+from compactor.maintenance import PassReport
 from compactor.workload import produce, profile_workload
 from compactor.writer import BatchStats
 
@@ -26,7 +27,7 @@ TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "segment.bytes": str(1024 * 1024),
     "min.cleanable.dirty.ratio": "0.5",
-    "max.compaction.lag.ms": "60000",
+    "max.compaction.lag.ms": "15000",
     "delete.retention.ms": "30000",
 }
 
@@ -58,15 +59,16 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000) -> int
     _prepare(out)
     lake = out / "lake"
     began = time.monotonic()
-    say(f"[1/4] starting the embedded Kafka-compatible broker (Tansu), log in {out}/broker.log")
+    say(f"[1/5] starting the embedded Kafka-compatible broker (Tansu), log in {out}/broker.log")
     with EmbeddedBroker(out / "broker.log") as broker:
         say(f"      listening on {broker.bootstrap_servers}")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=TOPIC_CONFIG)])[TOPIC].result()
         del admin
         settings = ", ".join(f"{k}={v}" for k, v in TOPIC_CONFIG.items())
-        say(f"[2/4] topic '{TOPIC}': {PARTITIONS} partitions, {settings}")
-        workload = profile_workload(users, updates, PARTITIONS, start_ms=int(time.time() * 1000))
+        say(f"[2/5] topic '{TOPIC}': {PARTITIONS} partitions, {settings}")
+        workload_start = int(time.time() * 1000)
+        workload = profile_workload(users, updates, PARTITIONS, start_ms=workload_start)
         t0 = time.monotonic()
         produce(broker.bootstrap_servers, TOPIC, workload.records,
                 progress=lambda i: say(f"      produced {i:,} records"))
@@ -83,45 +85,88 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000) -> int
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
         })
-        say(f"[3/4] mirroring into {topic_paths(str(lake), TOPIC).log} with Spark "
+        t0 = time.monotonic()
+        say(f"[3/5] mirroring into {topic_paths(str(lake), TOPIC).log} with Spark "
             "(local[2], one task per partition)")
         service = Service(config)
         service.install_signal_handlers()
         t0 = time.monotonic()
+        passes: list[PassReport] = []
+
         def on_batch(batch_id: int, stats: Mapping[str, BatchStats]) -> None:
             s = stats[TOPIC]
             say(f"      micro-batch {batch_id}: {s.records:,} records into {s.files} segment "
                 f"files, {s.rejected} rejected")
 
-        summary = service.run(once=True, on_batch=on_batch)
-        took = time.monotonic() - t0
-        say(f"      mirrored {summary.records:,} records ({summary.record_bytes / 1e6:.1f} MB) in "
-            f"{summary.batches} micro-batches, {took:.1f}s including Spark start-up")
+        def on_pass(report: PassReport) -> None:
+            if not passes:
+                say(f"      mirrored {len(workload.records) - workload.null_keys:,} records "
+                    f"in {time.monotonic() - t0:.1f}s including Spark start-up")
+                say("[4/5] cleaning with Kafka's log cleaner rules (dirty ratio above "
+                    f"{TOPIC_CONFIG['min.cleanable.dirty.ratio']}, active segment untouched)")
+            passes.append(report)
+            for o in sorted(report.cleaned, key=lambda o: o.partition):
+                st = o.result.stats if o.result else None
+                if st is None:
+                    continue
+                say(f"      partition {o.partition}: dirty ratio {o.range.dirty_ratio:.2f}, "
+                    f"{st.records_dropped:,} superseded records dropped, "
+                    f"{st.tombstones_stamped} tombstones kept until their horizon; rewrote "
+                    f"{st.record_bytes_written / 1e6:.2f} MB where Kafka's cleaner recopies "
+                    f"{st.kafka_model_bytes / 1e6:.2f} MB")
 
-        say("[4/4] what the lake holds")
+        summary = service.run(once=True, on_batch=on_batch, on_pass=on_pass)
+        deadline = workload_start + int(TOPIC_CONFIG["max.compaction.lag.ms"])
+        wait_s = deadline / 1000 - time.time()
+        if wait_s > 0:
+            say(f"      the tombstones sit in active segments, which are never cleaned; waiting "
+                f"{wait_s:.0f}s until max.compaction.lag.ms forces them to roll (KIP-354)")
+            time.sleep(wait_s)
+            on_pass(service.clean(None, force=False, dry_run=False))
+            summary.partitions_cleaned += len(passes[-1].cleaned)
+        say(f"      {summary.partitions_cleaned} partitions cleaned in {len(passes)} "
+            f"passes")
+
+        say("[5/5] what the lake holds")
         paths = topic_paths(str(lake), TOPIC)
         table = DeltaTable(paths.log).to_pyarrow_table(
             columns=["partition", "segment", "offset", "key", "value"])
         say("      partition  segments   records  offsets")
+        closed_ok = True
         for p in range(PARTITIONS):
             rows = table.filter(pc.equal(table.column("partition"), p))
             offsets = rows.column("offset").to_pylist()
-            segs = len(set(rows.column("segment").to_pylist()))
-            say(f"      {p:>9}  {segs:>8}  {rows.num_rows:>8}  {min(offsets)}..{max(offsets)}")
+            segments = rows.column("segment").to_pylist()
+            say(f"      {p:>9}  {len(set(segments)):>8}  {rows.num_rows:>8}  "
+                f"{min(offsets)}..{max(offsets)}")
+            active = max(segments)
+            closed_keys = [k for k, s in zip(rows.column("key").to_pylist(), segments,
+                                             strict=True) if s < active]
+            closed_ok = closed_ok and len(closed_keys) == len(set(closed_keys))
         rejected = DeltaTable(paths.rejected).to_pyarrow_table(columns=["offset", "reason"])
         reason = rejected.column("reason")[0].as_py() if rejected.num_rows else ""
         say(f"      rejected: {rejected.num_rows} records ({reason})")
-        keyed = len(workload.records) - workload.null_keys
-        distinct = len(set(zip(table.column("partition").to_pylist(),
-                               table.column("offset").to_pylist(), strict=True)))
-        ok = (table.num_rows == keyed and distinct == keyed
-              and rejected.num_rows == workload.null_keys)
-        say(f"      check: {table.num_rows:,} keyed records in the lake, {keyed:,} produced, "
-            f"each offset once: {'OK' if ok else 'MISMATCH'}")
-        sample = sorted(workload.deleted_users)[0]
-        history = table.filter(pc.equal(table.column("key"), pa.scalar(sample, pa.binary())))
-        say(f"      {sample.decode()} was erased: {history.num_rows} versions in the log, "
-            "the last a tombstone; compaction will remove the older values")
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for key, offset, value in zip(table.column("key").to_pylist(),
+                                      table.column("offset").to_pylist(),
+                                      table.column("value").to_pylist(), strict=True):
+            if key not in latest or offset > latest[key][0]:
+                latest[key] = (offset, value)
+        expected = workload.latest
+        latest_ok = {k: v for k, (_, v) in latest.items()} == expected
+        say(f"      check: the latest value of all {len(expected):,} keys is in the lake: "
+            f"{'OK' if latest_ok else 'MISMATCH'}")
+        say(f"      check: closed segments hold one record per key: "
+            f"{'OK' if closed_ok else 'MISMATCH'}")
+        say(f"      {table.num_rows:,} records remain of {summary.records:,} mirrored")
+        erased = pc.is_in(table.column("key"),
+                          pa.array(sorted(workload.deleted_users), pa.binary()))
+        leftovers = table.filter(pc.and_(erased, pc.is_valid(table.column("value")))).num_rows
+        erased_ok = leftovers == 0
+        say(f"      check: no value of the {len(workload.deleted_users)} erased users is left in "
+            f"the log: {'OK' if erased_ok else f'{leftovers} LEFT'} (their tombstones go "
+            f"after delete.retention.ms={TOPIC_CONFIG['delete.retention.ms']})")
+        ok = latest_ok and closed_ok and erased_ok and rejected.num_rows == workload.null_keys
     say()
     say(f"Done in {time.monotonic() - began:.0f}s. The lake is plain Delta; read it with "
         "deltalake, DuckDB or Polars:")

@@ -1,14 +1,20 @@
-"""The long-running service behind ``compactor run``: the mirror query and its stop rules.
+"""The long-running service behind ``compactor run``: the mirror query plus log maintenance.
+
+The mirror's micro-batches and the cleaner's passes share one commit lock, so no two commits
+of this process to the same log overlap. The cleaner runs every ``log.cleaner.backoff.ms``
+and right after each micro-batch commit, also when no new data arrives (deadlines are kept
+by the wall clock). With ``--once``, the mirror catches up and then passes run until nothing
+is due.
 
 Stop protocol (Ctrl-C or SIGTERM):
 
 1. The signal handler only sets a flag; nothing is interrupted.
 2. The main loop waits until no micro-batch is between its first file write and its Delta
-   commit, then stops the query.
+   commit and no cleaning pass is running, then stops the query.
 3. A batch Spark had planned but not started is replayed by the next run from the checkpoint.
 
-A kill -9 at any moment is also safe (see :mod:`compactor.writer`); the flag only avoids
-leaving written-but-uncommitted files behind.
+A kill -9 at any moment is also safe (see :mod:`compactor.writer` and
+:mod:`compactor.maintenance`); the flag only avoids leaving uncommitted files behind.
 """
 
 from __future__ import annotations
@@ -18,33 +24,52 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 from compactor.admin import resolve_config
 from compactor.config import CompactorConfig
+from compactor.exceptions import CompactorError
+from compactor.maintenance import LogMaintenance, PassReport
 from compactor.writer import BatchStats
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunSummary:
-    batches: int
-    records: int
-    record_bytes: int
-    rejected: int
-    per_topic: dict[str, int]
-    seconds: float
-    busy_seconds: float
+    batches: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    rejected: int = 0
+    per_topic: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    busy_seconds: float = 0.0
+    cleaning_passes: int = 0
+    partitions_cleaned: int = 0
+    records_dropped: int = 0
+    bytes_rewritten: int = 0
+    files_vacuumed: int = 0
+
+    def add_pass(self, report: PassReport) -> None:
+        self.cleaning_passes += 1
+        self.partitions_cleaned += len(report.cleaned)
+        self.files_vacuumed += report.vacuumed
+        for outcome in report.cleaned:
+            if outcome.result is not None:
+                self.records_dropped += outcome.result.stats.records_dropped
+                self.bytes_rewritten += outcome.result.stats.bytes_written
 
 
 class Service:
-    """Owns the Spark session and the mirror for one configuration."""
+    """Owns the Spark session, the mirror and the maintenance of one configuration."""
 
     def __init__(self, config: CompactorConfig) -> None:
         self.config = resolve_config(config)
         self._stop = threading.Event()
+        self._batch_done = threading.Event()
+        self.commit_lock = threading.Lock()
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
         if signum is not None:
@@ -59,36 +84,69 @@ class Service:
     def run(
         self, once: bool = False,
         on_batch: Callable[[int, Mapping[str, BatchStats]], None] | None = None,
+        on_pass: Callable[[PassReport], None] | None = None,
     ) -> RunSummary:
-        """Mirror until stopped (or, with ``once``, until everything available now is in)."""
+        """Mirror and maintain until stopped (``once``: until everything due now is done)."""
         from streaming.query import Mirror
         from streaming.session import build_session
 
         started = time.monotonic()
         spark = build_session(self.config.spark)
-        mirror = Mirror(spark, self.config)
+        mirror = Mirror(spark, self.config, self.commit_lock)
+        mirror.progress.listeners.append(lambda _id, _stats: self._batch_done.set())
         if on_batch is not None:
             mirror.progress.listeners.append(on_batch)
+        cleaner = (LogMaintenance(spark, self.config, self.commit_lock)
+                   if self.config.cleaner.enable else None)
+        summary = RunSummary()
+
+        def clean(until_idle: bool) -> None:
+            if cleaner is None:
+                return
+            for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
+                summary.add_pass(report)
+                if on_pass is not None:
+                    on_pass(report)
+
         query = mirror.start(once=once)
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
+        backoff_s = self.config.cleaner.backoff_ms / 1000
+        next_clean = time.monotonic() + backoff_s
         try:
             while query.isActive:
                 if self._stop.is_set() and not mirror.in_batch:
                     query.stop()
                     break
+                if not once and (self._batch_done.is_set() or time.monotonic() >= next_clean):
+                    self._batch_done.clear()
+                    clean(until_idle=False)
+                    next_clean = time.monotonic() + backoff_s
+                    continue
                 query.awaitTermination(1)
-            if query.exception() is not None:
-                raise mirror.error(query.exception())  # type: ignore[arg-type]
+            failure: Any = query.exception()
+            if failure is not None:
+                raise mirror.error(failure)
+            if once and not self._stop.is_set():
+                clean(until_idle=True)
+        except CompactorError:
+            raise
         except Exception as exc:
-            from compactor.exceptions import CompactorError
-
-            if isinstance(exc, CompactorError):
-                raise
             raise mirror.error(exc) from exc
         finally:
             if query.isActive:
                 query.stop()
         p = mirror.progress
-        return RunSummary(p.batches, p.records, p.record_bytes, p.rejected, dict(p.per_topic),
-                          time.monotonic() - started, p.busy_seconds)
+        summary.batches, summary.records, summary.record_bytes = p.batches, p.records, \
+            p.record_bytes
+        summary.rejected, summary.per_topic = p.rejected, dict(p.per_topic)
+        summary.seconds, summary.busy_seconds = time.monotonic() - started, p.busy_seconds
+        return summary
+
+    def clean(self, topics: list[str] | None, force: bool, dry_run: bool) -> PassReport:
+        """One maintenance pass now, without mirroring (``compactor clean``)."""
+        from streaming.session import build_session
+
+        spark = build_session(self.config.spark)
+        return LogMaintenance(spark, self.config, self.commit_lock).run_pass(
+            topics, force=force, dry_run=dry_run)

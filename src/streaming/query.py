@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -105,9 +106,11 @@ class MirrorProgress:
 class Mirror:
     """Builds and runs the mirror query for one configuration."""
 
-    def __init__(self, spark: SparkSession, config: CompactorConfig) -> None:
+    def __init__(self, spark: SparkSession, config: CompactorConfig,
+                 commit_lock: threading.Lock | None = None) -> None:
         self.spark = spark
         self.config = config
+        self.commit_lock = commit_lock or threading.Lock()
         self.progress = MirrorProgress()
         self.in_batch = False
         self.failure: BaseException | None = None
@@ -139,7 +142,8 @@ class Mirror:
             .map(lambda plan: write_range(plan, client, 120_000, fail))
             .collect()
         )
-        stats = commit_ranges(self.config, results)
+        with self.commit_lock:
+            stats = commit_ranges(self.config, results)
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,

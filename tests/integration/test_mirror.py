@@ -32,7 +32,7 @@ def test_every_record_is_mirrored_exactly_and_a_second_run_adds_nothing(
     topic = topic_factory(3, {"cleanup.policy": "compact", "segment.bytes": "400"})
     records = _records()
     produce(broker.bootstrap_servers, topic, records)
-    config = lake_config(topic)
+    config = lake_config(topic, log_cleaner_enable="false")
 
     summary = run_once(config)
 
@@ -82,7 +82,7 @@ def test_segments_roll_exactly_as_kafkas_rules_say(broker, topic_factory, lake_c
     records = [Record(b"k%d" % (i % 7), b"x" * (5 + i % 13), 0, start + (i // 25) * 6000 + i)
                for i in range(120)]
     produce(broker.bootstrap_servers, topic, records[:70])
-    config = lake_config(topic)
+    config = lake_config(topic, log_cleaner_enable="false")
     run_once(config)
     produce(broker.bootstrap_servers, topic, records[70:])
     run_once(config)
@@ -102,7 +102,7 @@ def test_segments_roll_exactly_as_kafkas_rules_say(broker, topic_factory, lake_c
 @pytest.mark.usefixtures("spark")
 def test_an_idle_active_segment_rolls_at_its_deadline(broker, topic_factory, lake_config) -> None:
     topic = topic_factory(1, {"segment.ms": "1500"})
-    config = lake_config(topic)
+    config = lake_config(topic, log_cleaner_enable="false")
     produce(broker.bootstrap_servers, topic, [Record(b"a", b"1", 0), Record(b"b", b"2", 0)])
     run_once(config)
     first = log_table(config, topic)
@@ -120,7 +120,7 @@ def test_null_keys_stay_in_the_log_of_a_delete_policy_topic(
         broker, topic_factory, lake_config) -> None:
     topic = topic_factory(1, {"cleanup.policy": "delete"})
     produce(broker.bootstrap_servers, topic, [Record(None, b"no key", 0), Record(b"k", b"v", 0)])
-    config = lake_config(topic)
+    config = lake_config(topic, log_cleaner_enable="false")
     run_once(config)
     assert log_table(config, topic).column("key").to_pylist() == [None, b"k"]
     assert rejected_table(config, topic).num_rows == 0

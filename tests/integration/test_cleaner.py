@@ -1,0 +1,168 @@
+"""The cleaner end to end: the broker, ``compactor run --once`` in-process, real Delta files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from compactor.layout import topic_paths
+from compactor.workload import Record, produce
+from tests.integration.helpers import log_table, run_once
+from tests.integration.test_cli import write_config
+
+
+def rows(config: Any, topic: str) -> list[dict[str, Any]]:
+    return log_table(config, topic).to_pylist()
+
+
+def wait_for_clock(ms: int) -> None:
+    while time.time() * 1000 <= ms:
+        time.sleep(0.05)  # the wall clock must pass a deadline computed from the data
+
+
+@pytest.mark.usefixtures("spark")
+def test_run_once_compacts_closed_segments_and_leaves_the_active_one(
+        broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact", "segment.bytes": "300",
+                              "min.cleanable.dirty.ratio": "0.01"})
+    records = [Record(b"k%d" % (i % 9), b"value-%04d" % i, i % 2) for i in range(240)]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic)
+
+    summary = run_once(config)
+
+    assert summary.records == 240 and summary.partitions_cleaned == 2
+    got = rows(config, topic)
+    for partition in (0, 1):
+        produced = [(o, r) for o, r in enumerate(r for r in records if r.partition == partition)]
+        mine = [r for r in got if r["partition"] == partition]
+        active = max(r["segment"] for r in mine)
+        last_below: dict[bytes, int] = {}
+        for offset, r in produced:
+            if offset < active:
+                last_below[r.key] = offset
+        expected = sorted({o for o in last_below.values()} | {o for o, _ in produced if o >= active})
+        assert [r["offset"] for r in mine] == expected
+        for r in mine:  # offsets, keys and values are untouched
+            assert (r["key"], r["value"]) == (produced[r["offset"]][1].key,
+                                               produced[r["offset"]][1].value)
+    again = run_once(config)
+    assert again.partitions_cleaned == 0  # nothing new is dirty
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_tombstone_is_kept_until_its_horizon_and_then_removed(
+        broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "60",
+                              "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "3000"})
+    records = [Record(b"gone", b"secret-value", 0), Record(b"gone", None, 0),
+               Record(b"never-seen", None, 0)]
+    records += [Record(b"filler-%d" % i, b"x" * 20, 0) for i in range(6)]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic)
+
+    cleaned_at = time.time() * 1000
+    run_once(config)
+    first = {r["offset"]: r for r in rows(config, topic)}
+    assert 0 not in first  # the superseded value is gone from the log
+    horizons = [first[1]["deleteHorizonMs"], first[2]["deleteHorizonMs"]]
+    assert first[1]["value"] is None and first[2]["value"] is None
+    assert all(cleaned_at + 3000 <= h <= time.time() * 1000 + 3000 for h in horizons)
+
+    wait_for_clock(max(horizons))
+    run_once(config)  # no new data: the expired horizon alone makes the partition due
+    offsets = [r["offset"] for r in rows(config, topic)]
+    assert 1 not in offsets and 2 not in offsets
+    assert offsets == [3, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.usefixtures("spark")
+def test_max_lag_forces_cleaning_of_an_idle_partition_below_the_ratio(
+        broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.99",
+                              "max.compaction.lag.ms": "2500"})
+    # Timestamps 10 s ahead: the first run surely ends before the 2.5 s lag has passed.
+    ts = int(time.time() * 1000) + 10_000
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"user-1", b"v1", 0, ts), Record(b"user-1", b"v2", 0, ts),
+        Record(b"user-1", None, 0, ts)])
+    config = lake_config(topic)
+    run_once(config)
+    first = rows(config, topic)
+    assert [r["offset"] for r in first] == [0, 1, 2]  # young: nothing is due yet
+    deadline = ts + 2500
+    wait_for_clock(deadline)
+    summary = run_once(config)  # nothing new arrived: the idle active segment has rolled
+    assert summary.partitions_cleaned == 1
+    last = rows(config, topic)
+    assert [r["offset"] for r in last] == [2]
+    assert last[0]["value"] is None and last[0]["deleteHorizonMs"] is not None
+
+
+@pytest.mark.usefixtures("spark")
+def test_compact_delete_retention_drops_whole_old_segments(
+        broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact,delete", "segment.bytes": "100",
+                              "retention.ms": "60000", "min.cleanable.dirty.ratio": "0.99"})
+    now = int(time.time() * 1000)
+    # 35 record bytes each: two records per 100-byte segment, the old ones filling 4 segments.
+    old = [Record(b"old-%d" % i, b"y" * 30, 0, now - 3_600_000 + i) for i in range(8)]
+    new = [Record(b"new-%d" % i, b"y" * 30, 0, now + i) for i in range(9)]
+    produce(broker.bootstrap_servers, topic, old + new)
+    config = lake_config(topic)
+    run_once(config)
+    got = rows(config, topic)
+    assert [r["key"] for r in got] == [r.key for r in new]
+    assert min(r["segment"] for r in got) == 8  # the log now starts at the first new segment
+
+
+@pytest.mark.usefixtures("spark")
+def test_compact_alone_never_drops_old_segments(broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "100",
+                              "retention.ms": "60000"})
+    old = [Record(b"old-%d" % i, b"y" * 30, 0, 1_000_000 + i) for i in range(6)]
+    produce(broker.bootstrap_servers, topic, old)
+    config = lake_config(topic)
+    run_once(config)
+    assert len(rows(config, topic)) == 6
+
+
+def test_clean_command_dry_run_changes_nothing_then_cleans(broker, topic_factory,
+                                                          tmp_path) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "100"})
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"k%d" % (i % 3), b"z" * 30, 0) for i in range(30)])
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "spark.master": "local[2]",
+        "spark.ui.enabled": "false", "log.cleaner.enable": "false"})
+    run = [sys.executable, "-m", "compactor.cli"]
+    subprocess.run([*run, "run", "--config", str(conf), "--once"], check=True,
+                   capture_output=True, timeout=300)
+    log_path = topic_paths(str(tmp_path / "lake"), topic).log
+    version = DeltaTable(log_path).version()
+
+    dry = subprocess.run([*run, "clean", "--config", str(conf), "--dry-run", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    planned = json.loads(dry.stdout)["partitions"]
+    assert [p["action"] for p in planned] == ["would clean"]
+    assert DeltaTable(log_path).version() == version
+
+    done = subprocess.run([*run, "clean", "--config", str(conf), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)["partitions"][0]
+    assert result["action"] == "cleaned" and result["records_dropped"] > 0
+    keys = defaultdict(int)
+    for r in DeltaTable(log_path).to_pyarrow_table().to_pylist():
+        if r["segment"] < result["first_uncleanable_offset"]:
+            keys[r["key"]] += 1
+    assert all(n == 1 for n in keys.values())

@@ -1,0 +1,41 @@
+"""Writing and reading a lake without Kafka, through the product's own ingest code path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from compactor.config import CompactorConfig, build_config, with_topic_configs
+from compactor.layout import KAFKA_SCHEMA, topic_paths
+from compactor.writer import append_batches, commit_ranges, plan_ranges
+
+
+def offline_config(lake: str, topic: str, **topic_config: Any) -> CompactorConfig:
+    raw = {"bootstrap.servers": "127.0.0.1:9", "topics": topic, "lake.path": lake}
+    raw.update({k.replace("_", "."): str(v) for k, v in topic_config.items()})
+    return with_topic_configs(build_config(raw), {})
+
+
+def append(config: CompactorConfig, topic: str, partition: int,
+           records: list[tuple[int, bytes | None, bytes | None, int]], now_ms: int,
+           commit: bool = True) -> None:
+    """Append (offset, key, value, timestamp_ms) records as one micro-batch would."""
+    start, end = records[0][0], records[-1][0] + 1
+    plans = plan_ranges(config, [(topic, partition, start, end)], now_ms)
+    batch = pa.RecordBatch.from_pylist([
+        {"key": k, "value": v, "topic": topic, "partition": partition, "offset": o,
+         "timestamp": ts * 1000, "timestampType": 0, "headers": []}
+        for o, k, v, ts in records
+    ], schema=KAFKA_SCHEMA)
+    results = [append_batches(plan, [batch]) for plan in plans]
+    if commit:
+        commit_ranges(config, results)
+
+
+def log_rows(config: CompactorConfig, topic: str) -> list[tuple[Any, ...]]:
+    table = DeltaTable(topic_paths(config.lake_path, topic).log).to_pyarrow_table(
+        columns=["partition", "offset", "key", "value", "deleteHorizonMs", "segment"])
+    return sorted(zip(*(table.column(c).to_pylist() for c in
+                        ["partition", "offset", "key", "value", "deleteHorizonMs"]), strict=True))

@@ -1,0 +1,96 @@
+"""Choosing cleaning work: Kafka's LogCleanerManager cases on logs built by hand."""
+
+from compactor.cleanable import cleanable_range, cleaning_order
+from compactor.config import TopicConfig
+from compactor.segments import DataFile, PartitionLog, Segment
+
+NOW = 1_000_000
+
+
+def seg(base: int, last: int, nbytes: int, ts: int, horizon: int | None = None) -> Segment:
+    f = DataFile(f"p0/s{base}", 0, base, base, last, last - base + 1, nbytes, nbytes, ts, ts,
+                 horizon)
+    return Segment(0, base, (f,))
+
+
+def topic(**kw) -> TopicConfig:
+    base = dict(name="t", cleanup_policy=frozenset({"compact"}), segment_ms=10**9,
+                min_cleanable_dirty_ratio=0.5)
+    base.update(kw)
+    return TopicConfig(**base)
+
+
+def plog(*segments: Segment, checkpoint: int | None = None) -> PartitionLog:
+    return PartitionLog(0, segments, committed_offset=segments[-1].last_offset,
+                        cleaner_offset=checkpoint)
+
+
+def test_active_segment_is_never_cleanable() -> None:
+    r = cleanable_range(plog(seg(0, 9, 100, NOW - 50), seg(10, 19, 100, NOW - 10)),
+                        topic(), NOW)
+    assert (r.first_dirty_offset, r.first_uncleanable_offset) == (0, 10)
+    assert r.cleanable_bytes == 100 and r.clean_bytes == 0
+
+
+def test_ratio_test_is_strict() -> None:
+    log = plog(seg(0, 9, 100, NOW), seg(10, 19, 100, NOW), seg(20, 29, 5, NOW), checkpoint=10)
+    at_threshold = cleanable_range(log, topic(min_cleanable_dirty_ratio=0.5), NOW)
+    assert at_threshold.dirty_ratio == 0.5 and not at_threshold.eligible
+    assert cleanable_range(log, topic(min_cleanable_dirty_ratio=0.49), NOW).eligible
+
+
+def test_min_lag_blocks_cleaning_even_above_the_ratio() -> None:
+    log = plog(seg(0, 9, 100, NOW - 10_000), seg(10, 19, 100, NOW - 100), seg(20, 29, 5, NOW))
+    r = cleanable_range(log, topic(min_compaction_lag_ms=1_000), NOW)
+    assert r.first_uncleanable_offset == 10  # the second segment holds a too young record
+    blocked = cleanable_range(plog(seg(0, 9, 100, NOW - 100), seg(10, 19, 5, NOW)),
+                              topic(min_compaction_lag_ms=1_000, min_cleanable_dirty_ratio=0.0),
+                              NOW)
+    assert blocked.cleanable_bytes == 0 and not blocked.eligible
+
+
+def test_max_lag_forces_cleaning_below_the_ratio() -> None:
+    # A large clean head and a small dirty segment: the ratio is about 1%.
+    log = plog(seg(0, 9, 1000, NOW - 9_000), seg(10, 19, 10, NOW - 5_000), seg(20, 29, 1, NOW),
+               checkpoint=10)
+    lazy = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=10_000)
+    assert not cleanable_range(log, lazy, NOW).eligible
+    r = cleanable_range(log, topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=2_000),
+                        NOW)
+    assert r.must_clean and r.eligible and r.max_compaction_delay_ms == 3_000
+
+
+def test_max_lag_reaches_an_idle_partition_through_the_rolled_active_segment() -> None:
+    # One segment only: the active one. Idle past its deadline (KIP-354 roll = max lag), it
+    # counts as rolled, so its tombstone can be cleaned although nothing follows it.
+    log = plog(seg(0, 9, 100, NOW - 3_000))
+    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=2_000)
+    r = cleanable_range(log, tc, NOW)
+    assert r.first_uncleanable_offset == 10 and r.must_clean
+    fresh = cleanable_range(plog(seg(0, 9, 100, NOW - 1_000)), tc, NOW)
+    assert fresh.first_uncleanable_offset == 0 and not fresh.eligible
+
+
+def test_a_checkpoint_outside_the_log_resets_to_the_log_start() -> None:
+    log = plog(seg(5, 9, 10, NOW), seg(10, 19, 10, NOW), checkpoint=2)
+    assert cleanable_range(log, topic(), NOW).first_dirty_offset == 5
+    log = plog(seg(5, 9, 10, NOW), seg(10, 19, 10, NOW), checkpoint=999)
+    assert cleanable_range(log, topic(), NOW).first_dirty_offset == 5
+
+
+def test_an_expired_tombstone_horizon_makes_a_clean_partition_due() -> None:
+    log = plog(seg(0, 9, 100, NOW, horizon=NOW - 1), seg(10, 19, 5, NOW), checkpoint=10)
+    r = cleanable_range(log, topic(), NOW)
+    assert r.cleanable_bytes == 0 and r.tombstones_due and r.eligible
+
+
+def test_overdue_partitions_come_first_then_the_dirtiest() -> None:
+    def rng(p: int, ratio_bytes: int, overdue: bool):
+        ts = NOW - 50_000 if overdue else NOW
+        log = PartitionLog(p, (seg(0, 9, 100, NOW), seg(10, 19, ratio_bytes, ts),
+                               seg(20, 29, 1, NOW)), 29, 10)
+        return cleanable_range(log, topic(max_compaction_lag_ms=10_000,
+                                          min_cleanable_dirty_ratio=0.1), NOW)
+
+    order = cleaning_order([rng(1, 300, False), rng(2, 50, True), rng(3, 900, False)])
+    assert [r.partition for r in order] == [2, 3, 1]
