@@ -48,7 +48,7 @@ def test_run_once_compacts_closed_segments_and_leaves_the_active_one(
         for offset, r in produced:
             if offset < active:
                 last_below[r.key] = offset
-        expected = sorted({o for o in last_below.values()} | {o for o, _ in produced if o >= active})
+        expected = sorted(set(last_below.values()) | {o for o, _ in produced if o >= active})
         assert [r["offset"] for r in mine] == expected
         for r in mine:  # offsets, keys and values are untouched
             assert (r["key"], r["value"]) == (produced[r["offset"]][1].key,
