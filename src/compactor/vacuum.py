@@ -48,7 +48,8 @@ class Vacuum:
             table = DeltaTable(path)
             deleted = list(table.vacuum(dry_run=dry_run, enforce_retention_duration=True))
             now = time.monotonic()
-            if not dry_run and now - self._last_full.get(path, 0.0) >= 3600:
+            last_full = self._last_full.get(path)
+            if not dry_run and (last_full is None or now - last_full >= 3600):
                 deleted += table.vacuum(
                     retention_hours=orphan_hours, dry_run=False, full=True,
                     enforce_retention_duration=False,

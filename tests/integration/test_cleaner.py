@@ -166,3 +166,88 @@ def test_clean_command_dry_run_changes_nothing_then_cleans(broker, topic_factory
         if r["segment"] < result["first_uncleanable_offset"]:
             keys[r["key"]] += 1
     assert all(n == 1 for n in keys.values())
+
+
+@pytest.mark.slow
+def test_a_running_mirror_cleans_an_idle_partition_and_stops_on_sigterm(
+        broker, topic_factory, tmp_path) -> None:
+    import signal
+
+    from tests.conftest import wait_until
+
+    topic = topic_factory(1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.99",
+                              "max.compaction.lag.ms": "3000"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k", b"v1", 0), Record(b"k", b"v2", 0)])
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "500",
+        "log.cleaner.backoff.ms": "500", "spark.master": "local[2]",
+        "spark.ui.enabled": "false"})
+    proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config", str(conf),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_path = topic_paths(str(tmp_path / "lake"), topic).log
+
+    def offsets() -> list[int]:
+        if not (tmp_path / "lake" / topic / "log" / "_delta_log").exists():
+            return []
+        return DeltaTable(log_path).to_pyarrow_table(columns=["offset"]).column(
+            "offset").to_pylist()
+
+    try:
+        wait_until(lambda: offsets() == [0, 1] or offsets() == [1], 120, "the mirrored records")
+        wait_until(lambda: offsets() == [1], 60, "the cleaner to drop v1 with no new data")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out)
+    assert summary["records"] == 2 and summary["partitions_cleaned"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("spark")
+def test_kill_9_in_the_middle_of_a_cleaning_pass_loses_nothing(
+        broker, topic_factory, lake_config, tmp_path) -> None:
+    import os
+    import signal
+
+    from tests.conftest import wait_until
+
+    topic = topic_factory(2, {"cleanup.policy": "compact", "segment.bytes": "20000"})
+    records = [Record(b"k%d" % (i % 300), os.urandom(60), i % 2) for i in range(6000)]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic, log_cleaner_enable="false")
+    run_once(config)
+    before = {(r["partition"], r["offset"]): r["value"] for r in rows(config, topic)}
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path, "spark.master": "local[2]", "spark.ui.enabled": "false",
+        "log.cleaner.io.max.bytes.per.second": "100000"})  # a pass takes several seconds
+    proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "clean", "--config",
+                             str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lake = tmp_path / "lake" / topic / "log"
+    try:
+        wait_until(lambda: any(lake.rglob(".tmp-*")), 120, "the pass to start writing")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    after = {(r["partition"], r["offset"]): r for r in rows(config, topic)}
+    assert all(before[k] == r["value"] for k, r in after.items()), "a record was altered"
+    latest: dict[tuple[int, bytes], int] = {}
+    for (p, o), r in sorted(after.items()):
+        latest[(p, r["key"])] = o
+    for partition in (0, 1):
+        produced = [r for r in records if r.partition == partition]
+        last = {r.key: o for o, r in enumerate(produced)}
+        assert all(latest[(partition, k)] == o for k, o in last.items())
+
+    done = subprocess.run([sys.executable, "-m", "compactor.cli", "clean", "--config", str(conf),
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = rows(config, topic)
+    for partition in (0, 1):
+        mine = [r for r in final if r["partition"] == partition]
+        active = max(r["segment"] for r in mine)
+        closed = [r["key"] for r in mine if r["segment"] < active]
+        assert len(closed) == len(set(closed))

@@ -1,0 +1,136 @@
+"""Cleaner cases on real Delta tables written by the product's ingest code, without a broker.
+
+Passes run in-process (``LogMaintenance(None, ...)``), so each case controls the clock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from compactor.cleaner import Throttler
+from compactor.layout import topic_paths
+from compactor.maintenance import LogMaintenance
+from compactor.offset_map import BYTES_PER_ENTRY
+from tests.lake import append, log_rows, offline_config
+
+T0 = 1_700_000_000_000
+
+
+def segments_of(config, topic: str) -> dict[int, list[int]]:
+    table = DeltaTable(topic_paths(config.lake_path, topic).log).to_pyarrow_table(
+        columns=["segment", "offset"])
+    out: dict[int, list[int]] = {}
+    for seg, off in zip(table.column("segment").to_pylist(), table.column("offset").to_pylist(),
+                        strict=True):
+        out.setdefault(seg, []).append(off)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def test_small_changed_neighbours_merge_into_one_segment(tmp_path: Path) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_ms=1000,
+                            min_cleanable_dirty_ratio=0.01)
+    # Records 2 s apart: each rolls a segment of its own by time.
+    keys = [b"k0", b"k1", b"k2", b"k0", b"k1", b"k2"]
+    append(config, "t", 0, [(i, k, b"v%d" % i, T0 + 2000 * i) for i, k in enumerate(keys)],
+           now_ms=T0 + 10_000)
+    assert segments_of(config, "t") == {i: [i] for i in range(6)}
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 10_500)
+    # Offsets 0 and 1 are superseded; segments 0-4 fit in segment.bytes and become segment 0.
+    assert segments_of(config, "t") == {0: [2, 3, 4], 5: [5]}
+
+
+def test_a_group_that_ends_up_empty_leaves_no_file(tmp_path: Path) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01)
+    rows = [(0, b"k0", b"a" * 8), (1, b"k1", b"b" * 8), (2, b"k0", b"c" * 8),
+            (3, b"k1", b"d" * 8), (4, b"k9", b"e" * 8)]
+    append(config, "t", 0, [(o, k, v, T0) for o, k, v in rows], now_ms=T0)
+    assert list(segments_of(config, "t")) == [0, 2, 4]
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 1)
+    assert segments_of(config, "t") == {2: [2, 3], 4: [4]}
+    table = DeltaTable(topic_paths(config.lake_path, "t").log)
+    assert not [u for u in table.file_uris() if "segment=0/" in u]
+
+
+def test_a_full_map_cleans_the_prefix_and_the_next_pass_continues(tmp_path: Path) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=1000,
+                            segment_ms=1000, min_cleanable_dirty_ratio=0.01, **{
+                                "log.cleaner.dedupe.buffer.size": str(2 * BYTES_PER_ENTRY),
+                                "log.cleaner.io.buffer.load.factor": "1.0"})
+    keys = [b"a", b"b", b"a", b"c", b"d", b"c", b"e"]
+    append(config, "t", 0, [(i, k, b"v%d" % i, T0) for i, k in enumerate(keys)], now_ms=T0)
+    maintenance = LogMaintenance(None, config)
+    first = maintenance.run_pass(now_ms=T0 + 2000)  # the lone segment has rolled by then
+    assert first.outcomes[0].result.checkpoint == 3  # {a, b} filled the map at offset 2
+    assert [r[1] for r in log_rows(config, "t")] == [1, 2, 3, 4, 5, 6]
+    second = maintenance.run_pass(now_ms=T0 + 2000)
+    # {c, d} fill the map; c@5 still fits (its key is known), e@6 does not.
+    assert second.outcomes[0].result.checkpoint == 6
+    assert [r[1] for r in log_rows(config, "t")] == [1, 2, 4, 5, 6]
+    third = maintenance.run_pass(now_ms=T0 + 2000)
+    assert third.outcomes[0].result.checkpoint == 7
+    assert [r[1] for r in log_rows(config, "t")] == [1, 2, 4, 5, 6]
+
+
+def test_vacuum_waits_for_the_grace_and_removes_old_orphans(tmp_path: Path) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01, vacuum_grace_ms=1500)
+    append(config, "t", 0, [(i, b"k", b"v" * 10, T0) for i in range(4)], now_ms=T0)
+    root = Path(topic_paths(config.lake_path, "t").log)
+    before = {p for p in root.rglob("*.parquet")}
+    old_orphan = root / "partition=0" / "segment=0" / "orphan-old.parquet"
+    new_orphan = root / "partition=0" / "segment=0" / "orphan-new.parquet"
+    for orphan in (old_orphan, new_orphan):
+        orphan.write_bytes(b"left by a pass that died")
+    two_hours_ago = time.time() - 7200
+    os.utime(old_orphan, (two_hours_ago, two_hours_ago))
+
+    maintenance = LogMaintenance(None, config)
+    report = maintenance.run_pass(now_ms=T0 + 1)
+    removed = before - {Path(u.removeprefix("file://")) for u in
+                        DeltaTable(str(root)).file_uris()}
+    assert removed and all(p.exists() for p in removed)  # readers of old snapshots still work
+    assert not old_orphan.exists() and new_orphan.exists()
+    assert DeltaTable(str(root)).metadata().configuration[
+        "delta.deletedFileRetentionDuration"] == "interval 2 seconds"
+    deadline = time.time() + 30
+    while any(p.exists() for p in removed) and time.time() < deadline:
+        time.sleep(0.5)
+        report = maintenance.run_pass(now_ms=T0 + 1)
+    assert not any(p.exists() for p in removed), "removed files outlived the grace period"
+    assert report.vacuumed >= 0
+
+
+def test_a_failing_partition_is_marked_uncleanable_and_the_others_go_on(tmp_path: Path) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01)
+    for partition in (0, 1):
+        append(config, "t", partition, [(i, b"k", b"v" * 10, T0) for i in range(4)], now_ms=T0)
+    root = Path(topic_paths(config.lake_path, "t").log)
+    victim = sorted((root / "partition=0").rglob("*.parquet"))[0]
+    victim.write_bytes(b"not parquet at all")
+
+    maintenance = LogMaintenance(None, config)
+    report = maintenance.run_pass(now_ms=T0 + 1)
+    by_partition = {o.partition: o for o in report.outcomes}
+    assert by_partition[0].result is not None and by_partition[0].result.error
+    assert not by_partition[0].committed and by_partition[1].committed
+    assert ("t", 0) in maintenance.uncleanable
+    skipped = maintenance.run_pass(now_ms=T0 + 2)
+    assert {o.partition: o.result for o in skipped.outcomes}[0] is None
+    forced = maintenance.run_pass(force=True, now_ms=T0 + 3)
+    assert {o.partition: o.result.error for o in forced.outcomes if o.result}[0]
+
+
+@pytest.mark.parametrize("rate", [2_000.0])
+def test_throttler_holds_io_to_the_configured_rate(rate: float) -> None:
+    throttle = Throttler(rate)
+    started = time.monotonic()
+    for _ in range(4):
+        throttle.add(250)
+    assert time.monotonic() - started >= 1000 / rate * 0.95
