@@ -49,14 +49,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(summary), sort_keys=True))
     else:
-        print(f"mirrored {summary.records} records ({summary.record_bytes} bytes) in "
-              f"{summary.batches} micro-batches, {summary.rejected} rejected, "
+        ingest, cleaning = summary.ingest, summary.cleaning
+        print(f"mirrored {ingest.records} records ({ingest.record_bytes} bytes) in "
+              f"{ingest.batches} micro-batches, {ingest.rejected} rejected, "
               f"{summary.seconds:.1f}s")
-        for topic, records in sorted(summary.per_topic.items()):
+        for topic, records in sorted(ingest.per_topic.items()):
             print(f"  {topic}: {records} records")
-        print(f"cleaned {summary.partitions_cleaned} partitions in {summary.cleaning_passes} "
-              f"passes: {summary.records_dropped} records dropped, {summary.bytes_rewritten} "
-              f"bytes rewritten, {summary.files_vacuumed} files vacuumed")
+        print(f"cleaned {cleaning.partitions_cleaned} partitions in {cleaning.passes} "
+              f"passes: {cleaning.records_dropped} records dropped, {cleaning.bytes_rewritten} "
+              f"bytes rewritten, {cleaning.files_vacuumed} files vacuumed")
     return 0
 
 
@@ -114,6 +115,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.dir, users=args.users, updates=args.updates)
 
 
+def _common(parser: argparse.ArgumentParser) -> None:
+    """Options every verb that reads a configuration takes."""
+    parser.add_argument("--config", required=True, metavar="FILE",
+                        help="a .properties file (see conf/example.properties)")
+    parser.add_argument("--lake", metavar="PATH", help="override lake.path")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compactor",
@@ -133,16 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         "which stop after the current commit. With --once, mirror what is available now "
         "and exit 0.",
     )
-    run.add_argument("--config", required=True, metavar="FILE",
-                     help="a .properties file (see conf/example.properties)")
+    _common(run)
     run.add_argument("--once", action="store_true",
                      help="process everything available now, then exit")
     run.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                      help="override bootstrap.servers")
     run.add_argument("--topic", action="append", metavar="TOPIC",
                      help="override topics (repeat for several)")
-    run.add_argument("--lake", metavar="PATH", help="override lake.path")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.set_defaults(func=_cmd_run)
 
     clean = sub.add_parser(
@@ -151,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "partitions (Kafka's rules), retention, and vacuum of files past their grace period. "
         "Exit 1 when a partition could not be cleaned.",
     )
-    clean.add_argument("--config", required=True, metavar="FILE", help="a .properties file")
+    _common(clean)
     clean.add_argument("--topic", action="append", metavar="TOPIC",
                        help="only this topic (repeat for several)")
     clean.add_argument("--force", action="store_true",
@@ -159,8 +165,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "segment and min.compaction.lag.ms are still respected)")
     clean.add_argument("--dry-run", action="store_true",
                        help="show what would be cleaned; change nothing")
-    clean.add_argument("--lake", metavar="PATH", help="override lake.path")
-    clean.add_argument("--json", action="store_true", help="print the result as JSON")
     clean.set_defaults(func=_cmd_clean)
 
     demo = sub.add_parser(

@@ -123,8 +123,8 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000) -> int
                 f"{wait_s:.0f}s until max.compaction.lag.ms forces them to roll (KIP-354)")
             time.sleep(wait_s)
             on_pass(service.clean(None, force=False, dry_run=False))
-            summary.partitions_cleaned += len(passes[-1].cleaned)
-        say(f"      {summary.partitions_cleaned} partitions cleaned in {len(passes)} "
+            summary.cleaning.add(passes[-1])
+        say(f"      {summary.cleaning.partitions_cleaned} partitions cleaned in {len(passes)} "
             f"passes")
 
         say("[5/5] what the lake holds")
@@ -158,7 +158,7 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000) -> int
             f"{'OK' if latest_ok else 'MISMATCH'}")
         say(f"      check: closed segments hold one record per key: "
             f"{'OK' if closed_ok else 'MISMATCH'}")
-        say(f"      {table.num_rows:,} records remain of {summary.records:,} mirrored")
+        say(f"      {table.num_rows:,} records remain of {summary.ingest.records:,} mirrored")
         erased = pc.is_in(table.column("key"),
                           pa.array(sorted(workload.deleted_users), pa.binary()))
         leftovers = table.filter(pc.and_(erased, pc.is_valid(table.column("value")))).num_rows

@@ -69,6 +69,26 @@ class PassReport:
         return [o for o in self.outcomes if o.committed]
 
 
+@dataclass
+class CleaningTotals:
+    """Running totals of what cleaning passes did."""
+
+    passes: int = 0
+    partitions_cleaned: int = 0
+    records_dropped: int = 0
+    bytes_rewritten: int = 0
+    files_vacuumed: int = 0
+
+    def add(self, report: PassReport) -> None:
+        self.passes += 1
+        self.partitions_cleaned += len(report.cleaned)
+        self.files_vacuumed += report.vacuumed
+        for outcome in report.cleaned:
+            if outcome.result is not None:
+                self.records_dropped += outcome.result.stats.records_dropped
+                self.bytes_rewritten += outcome.result.stats.bytes_written
+
+
 @dataclass(frozen=True)
 class _Planned:
     plan: CleanPlan

@@ -31,35 +31,19 @@ from typing import Any
 from compactor.admin import resolve_config
 from compactor.config import CompactorConfig
 from compactor.exceptions import CompactorError
-from compactor.maintenance import LogMaintenance, PassReport
-from compactor.writer import BatchStats
+from compactor.maintenance import CleaningTotals, LogMaintenance, PassReport
+from compactor.writer import BatchStats, IngestTotals
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RunSummary:
-    batches: int = 0
-    records: int = 0
-    record_bytes: int = 0
-    rejected: int = 0
-    per_topic: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    busy_seconds: float = 0.0
-    cleaning_passes: int = 0
-    partitions_cleaned: int = 0
-    records_dropped: int = 0
-    bytes_rewritten: int = 0
-    files_vacuumed: int = 0
+    """What one ``compactor run`` did; printed as JSON by ``--json``."""
 
-    def add_pass(self, report: PassReport) -> None:
-        self.cleaning_passes += 1
-        self.partitions_cleaned += len(report.cleaned)
-        self.files_vacuumed += report.vacuumed
-        for outcome in report.cleaned:
-            if outcome.result is not None:
-                self.records_dropped += outcome.result.stats.records_dropped
-                self.bytes_rewritten += outcome.result.stats.bytes_written
+    ingest: IngestTotals = field(default_factory=IngestTotals)
+    cleaning: CleaningTotals = field(default_factory=CleaningTotals)
+    seconds: float = 0.0
 
 
 class Service:
@@ -93,18 +77,18 @@ class Service:
         started = time.monotonic()
         spark = build_session(self.config.spark)
         mirror = Mirror(spark, self.config, self.commit_lock)
-        mirror.progress.listeners.append(lambda _id, _stats: self._batch_done.set())
+        mirror.listeners.append(lambda _id, _stats: self._batch_done.set())
         if on_batch is not None:
-            mirror.progress.listeners.append(on_batch)
+            mirror.listeners.append(on_batch)
         cleaner = (LogMaintenance(spark, self.config, self.commit_lock)
                    if self.config.cleaner.enable else None)
-        summary = RunSummary()
+        summary = RunSummary(ingest=mirror.totals)
 
         def clean(until_idle: bool) -> None:
             if cleaner is None:
                 return
             for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
-                summary.add_pass(report)
+                summary.cleaning.add(report)
                 if on_pass is not None:
                     on_pass(report)
 
@@ -136,11 +120,7 @@ class Service:
         finally:
             if query.isActive:
                 query.stop()
-        p = mirror.progress
-        summary.batches, summary.records, summary.record_bytes = p.batches, p.records, \
-            p.record_bytes
-        summary.rejected, summary.per_topic = p.rejected, dict(p.per_topic)
-        summary.seconds, summary.busy_seconds = time.monotonic() - started, p.busy_seconds
+        summary.seconds = time.monotonic() - started
         return summary
 
     def clean(self, topics: list[str] | None, force: bool, dry_run: bool) -> PassReport:

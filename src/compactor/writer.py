@@ -236,6 +236,27 @@ class BatchStats:
     partitions: int
 
 
+@dataclass
+class IngestTotals:
+    """Running totals of what the mirror appended."""
+
+    batches: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    rejected: int = 0
+    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+    def add(self, stats: Mapping[str, BatchStats], seconds: float) -> None:
+        self.batches += 1
+        self.busy_seconds += seconds
+        for topic, s in stats.items():
+            self.records += s.records
+            self.record_bytes += s.record_bytes
+            self.rejected += s.rejected
+            self.per_topic[topic] = self.per_topic.get(topic, 0) + s.records
+
+
 def commit_ranges(config: CompactorConfig, results: list[RangeResult]) -> dict[str, BatchStats]:
     """Driver side, step 3: rejected files first, then one log commit per topic."""
     now_ms = int(time.time() * 1000)

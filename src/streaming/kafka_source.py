@@ -23,6 +23,7 @@ records never cross into the JVM.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,8 @@ from streaming.offsets import (
     rate_limit,
     to_offsets,
 )
+
+log = logging.getLogger(__name__)
 
 SHORT_NAME = "pykafka"
 KAFKA_DDL = (
@@ -178,10 +181,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             topic, part = tp
             begin = start.get(topic, {}).get(str(part), earliest.get(tp, 0))
             end = latest[tp]
+            if end < begin:
+                # The log ends before where we stopped reading: the topic was deleted and
+                # recreated (or truncated). Its old offsets are gone and the new ones mean
+                # other records.
+                self._lost(f"{topic}-{part} ends at offset {end}, behind offset {begin} already "
+                           "read: the topic was recreated or truncated")
+                log.warning("restarting %s-%d at its earliest offset after data loss", *tp)
+                begin = self._offsets.offsets([tp], "earliest")[tp]
             if self._target is not None:
                 end = min(end, self._target.get(topic, {}).get(str(part), begin))
-            # An end behind the start means the topic was recreated; partitions() decides.
-            ranges.append(OffsetRange(topic, part, begin, end if end >= begin else begin))
+            ranges.append(OffsetRange(topic, part, begin, max(begin, end)))
         return ranges
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

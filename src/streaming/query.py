@@ -13,7 +13,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,7 +23,7 @@ from compactor.config import CompactorConfig
 from compactor.exceptions import CompactorError
 from compactor.layout import open_table, topic_paths
 from compactor.segments import read_partition_logs
-from compactor.writer import BatchStats, commit_ranges, plan_ranges, write_range
+from compactor.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges, write_range
 from streaming import exceptions as streaming_errors
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
@@ -79,30 +78,6 @@ def unwrap_error(exc: BaseException) -> CompactorError:
     return StreamingError(f"the streaming query failed: {first}")
 
 
-@dataclass
-class MirrorProgress:
-    """Running totals of what the mirror appended, for logs, the CLI and the demo."""
-
-    batches: int = 0
-    records: int = 0
-    record_bytes: int = 0
-    rejected: int = 0
-    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit
-    per_topic: dict[str, int] = field(default_factory=dict)
-    listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = field(default_factory=list)
-
-    def add(self, batch_id: int, stats: Mapping[str, BatchStats], seconds: float) -> None:
-        self.batches += 1
-        self.busy_seconds += seconds
-        for topic, s in stats.items():
-            self.records += s.records
-            self.record_bytes += s.record_bytes
-            self.rejected += s.rejected
-            self.per_topic[topic] = self.per_topic.get(topic, 0) + s.records
-        for listener in self.listeners:
-            listener(batch_id, stats)
-
-
 class Mirror:
     """Builds and runs the mirror query for one configuration."""
 
@@ -111,7 +86,8 @@ class Mirror:
         self.spark = spark
         self.config = config
         self.commit_lock = commit_lock or threading.Lock()
-        self.progress = MirrorProgress()
+        self.totals = IngestTotals()
+        self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
         self.in_batch = False
         self.failure: BaseException | None = None
 
@@ -149,7 +125,9 @@ class Mirror:
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,
                  sum(s.rejected for s in stats.values()),
                  sum(s.files for s in stats.values()), took)
-        self.progress.add(batch_id, stats, took)
+        self.totals.add(stats, took)
+        for listener in self.listeners:
+            listener(batch_id, stats)
 
     def error(self, exc: BaseException) -> CompactorError:
         """The product error behind a failed query, unwrapped from Spark's and Py4J's."""

@@ -38,7 +38,7 @@ def test_run_once_compacts_closed_segments_and_leaves_the_active_one(
 
     summary = run_once(config)
 
-    assert summary.records == 240 and summary.partitions_cleaned == 2
+    assert summary.ingest.records == 240 and summary.cleaning.partitions_cleaned == 2
     got = rows(config, topic)
     for partition in (0, 1):
         produced = [(o, r) for o, r in enumerate(r for r in records if r.partition == partition)]
@@ -54,7 +54,7 @@ def test_run_once_compacts_closed_segments_and_leaves_the_active_one(
             assert (r["key"], r["value"]) == (produced[r["offset"]][1].key,
                                                produced[r["offset"]][1].value)
     again = run_once(config)
-    assert again.partitions_cleaned == 0  # nothing new is dirty
+    assert again.cleaning.partitions_cleaned == 0  # nothing new is dirty
 
 
 @pytest.mark.usefixtures("spark")
@@ -100,7 +100,7 @@ def test_max_lag_forces_cleaning_of_an_idle_partition_below_the_ratio(
     deadline = ts + 2500
     wait_for_clock(deadline)
     summary = run_once(config)  # nothing new arrived: the idle active segment has rolled
-    assert summary.partitions_cleaned == 1
+    assert summary.cleaning.partitions_cleaned == 1
     last = rows(config, topic)
     assert [r["offset"] for r in last] == [2]
     assert last[0]["value"] is None and last[0]["deleteHorizonMs"] is not None
@@ -201,7 +201,7 @@ def test_a_running_mirror_cleans_an_idle_partition_and_stops_on_sigterm(
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     summary = json.loads(out)
-    assert summary["records"] == 2 and summary["partitions_cleaned"] >= 1
+    assert summary["ingest"]["records"] == 2 and summary["cleaning"]["partitions_cleaned"] >= 1
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ def test_every_record_is_mirrored_exactly_and_a_second_run_adds_nothing(
     summary = run_once(config)
 
     keyed = [r for r in records if r.key is not None]
-    assert summary.records == len(keyed) and summary.rejected == 1
+    assert summary.ingest.records == len(keyed) and summary.ingest.rejected == 1
     table = log_table(config, topic)
     assert table.num_rows == len(keyed)
     by_partition: dict[int, list[Record]] = {}
@@ -66,7 +66,7 @@ def test_every_record_is_mirrored_exactly_and_a_second_run_adds_nothing(
 
     version = log_version(config, topic)
     again = run_once(config)
-    assert again.records == 0
+    assert again.ingest.records == 0
     assert log_version(config, topic) == version
     assert log_table(config, topic).num_rows == len(keyed)
 
