@@ -21,7 +21,7 @@ log = logging.getLogger("compactor")
 EPILOG = """\
 examples:
   compactor demo                                  # everything on this machine, ~1 minute
-  compactor run --config conf/compactor.properties        # mirror until Ctrl-C
+  compactor run --config conf/compactor.properties        # mirror and clean until Ctrl-C
   compactor run --config conf/compactor.properties --once # catch up, clean, then exit
   compactor clean --config conf/compactor.properties --dry-run  # what is due now
 """
@@ -137,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="mirror the configured topics into the lake",
-        description="Mirror the configured topics into L/<topic>/log until Ctrl-C or SIGTERM, "
-        "which stop after the current commit. With --once, mirror what is available now "
+        "run", help="mirror the configured topics into the lake and keep them compacted",
+        description="Mirror the configured topics into L/<topic>/log and clean them with "
+        "Kafka's log-cleaner rules until Ctrl-C or SIGTERM, which stop after the current "
+        "commit. With --once, mirror what is available now, run every cleaning that is due, "
         "and exit 0.",
     )
     _common(run)
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="run the whole product on an embedded broker (needs nothing else)",
         description="Start an embedded Kafka-compatible broker, produce user profiles with "
-        "updates and GDPR deletions, mirror them into a lake and show what happened.",
+        "updates and GDPR deletions, mirror them into a lake, clean it and check the result.",
     )
     demo.add_argument("--dir", default="compactor-demo", metavar="DIR",
                       help="where the lake, checkpoints and broker log go "
