@@ -48,11 +48,16 @@ TABLE_PROPERTIES = {
     "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
     "delta.enableChangeDataFeed": "false",
 }
+TABLE_PROPERTIES_LATEST = {
+    "delta.dataSkippingStatsColumns": "partition,offset,timestamp",
+    "delta.enableChangeDataFeed": "false",
+}
 
 # Delta app transaction ids, one per writer role and Kafka partition; the version is the
 # role's position: ingest = last offset written, cleaner = first dirty offset (checkpoint).
 INGEST_APP_ID = "compactor-ingest-{partition}"
 CLEANER_APP_ID = "compactor-cleaner-{partition}"
+TABLE_APP_ID = "compactor-table-{partition}"  # in L/T/table: the last log offset merged
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.(\d+)b\.[0-9a-f]+\.parquet$")
 
@@ -117,7 +122,8 @@ def open_table(path: str) -> DeltaTable | None:
         raise LakeError(f"cannot read Delta table {path}: {exc}") from exc
 
 
-def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None) -> DeltaTable:
+def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
+                 properties: dict[str, str] | None = None) -> DeltaTable:
     """Open the table, creating it (empty, with the product's properties) when absent."""
     table = open_table(path)
     if table is not None:
@@ -132,7 +138,8 @@ def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None) -
             ) from exc
     try:
         return DeltaTable.create(
-            path, schema, partition_by=partition_by, configuration=TABLE_PROPERTIES,
+            path, schema, partition_by=partition_by,
+            configuration=properties if properties is not None else TABLE_PROPERTIES,
             mode="ignore",
         )
     except Exception as exc:

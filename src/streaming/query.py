@@ -21,6 +21,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
 from compactor.exceptions import CompactorError
+from compactor.latest import catch_up
 from compactor.layout import open_table, topic_paths
 from compactor.segments import read_partition_logs
 from compactor.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges, write_range
@@ -120,6 +121,8 @@ class Mirror:
         )
         with self.commit_lock:
             stats = commit_ranges(self.config, results)
+        for topic in sorted(stats):
+            catch_up(self.config, topic)
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,
