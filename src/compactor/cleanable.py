@@ -12,7 +12,9 @@ For one partition:
   segments from the one holding the first dirty offset up to the first uncleanable offset;
 - the partition *must* be cleaned (KIP-354) when its earliest dirty non-active record is older
   than ``max.compaction.lag.ms`` and something is cleanable; it *may* be cleaned when its dirty
-  ratio is strictly above ``min.cleanable.dirty.ratio``.
+  ratio is strictly above ``min.cleanable.dirty.ratio``. Here the max lag is the deadline for
+  *physical* erasure, so cleaning is forced earlier, at the topic's ``cleaning_lag_ms``
+  (max lag - vacuum grace - a pass allowance), and vacuum finishes the job by the max lag.
 
 One addition to Kafka: a partition holding a tombstone whose delete horizon has passed is due
 as well, so that tombstones vanish ``delete.retention.ms`` after they were first kept even when
@@ -92,8 +94,8 @@ def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int) -> Cleanab
     stamps = [s.min_timestamp_ms for s in dirty_closed if s.min_timestamp_ms > 0]
     earliest = min(stamps, default=None)
     delay = 0
-    if earliest is not None and earliest < now_ms - tc.max_compaction_lag_ms:
-        delay = now_ms - tc.max_compaction_lag_ms - earliest
+    if earliest is not None and earliest < now_ms - tc.cleaning_lag_ms:
+        delay = now_ms - tc.cleaning_lag_ms - earliest
     due = any(
         s.min_delete_horizon_ms is not None and s.min_delete_horizon_ms <= now_ms
         for s in closed if s.base_offset < uncleanable

@@ -2,7 +2,8 @@
 
 Results go to stdout, logs to stderr. Exit codes: 0 done, 1 failure, 2 bad configuration or
 usage, 3 Kafka unreachable, 4 lake unreadable or a commit refused, 5 data loss, 130 interrupted
-before anything ran.
+before anything ran; audit-erasure also uses 1 (traces past their deadline) and 6 (traces
+within their deadline).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
     out: dict[str, str] = {}
     if getattr(args, "bootstrap_servers", None):
         out["bootstrap.servers"] = args.bootstrap_servers
-    if getattr(args, "topic", None):
+    if isinstance(getattr(args, "topic", None), list):  # run and clean: --topic repeats
         out["topics"] = ",".join(args.topic)
     if getattr(args, "lake", None):
         out["lake.path"] = args.lake
@@ -109,6 +110,51 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     return 1 if any(r["action"] == "uncleanable" for r in rows) else 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    import time
+
+    from compactor.admin import resolve_config
+    from compactor.audit import audit_key
+    from compactor.config import load_config
+
+    if (args.key is None) == (args.key_hex is None):
+        print("compactor: error: give exactly one of --key and --key-hex", file=sys.stderr)
+        return 2
+    try:
+        key = args.key.encode() if args.key is not None else bytes.fromhex(args.key_hex)
+    except ValueError:
+        print(f"compactor: error: --key-hex {args.key_hex!r} is not hexadecimal", file=sys.stderr)
+        return 2
+    config = resolve_config(load_config(args.config, _overrides(args)))
+    config.topic(args.topic)
+    result = audit_key(config, args.topic, key)
+    now = int(time.time() * 1000)
+    overdue = result.overdue(now)
+    code = 1 if overdue else (6 if result.traces else 0)
+    if args.json:
+        print(json.dumps({
+            "topic": args.topic, "key_hex": key.hex(), "files_searched": result.files_searched,
+            "latest": {str(p): {"offset": o, "timestamp_ms": ts, "tombstone": t}
+                       for p, (o, ts, t) in sorted(result.latest.items())},
+            "traces": [{**asdict(t), "overdue": t in overdue} for t in result.traces],
+            "status": {0: "erased", 1: "overdue", 6: "pending"}[code],
+        }, sort_keys=True))
+    else:
+        print(f"searched {result.files_searched} files under {args.topic}/ for key {key!r}")
+        for p, (o, _ts, tomb) in sorted(result.latest.items()):
+            print(f"  partition {p}: current record at offset {o}"
+                  f"{' (a tombstone)' if tomb else ''}")
+        for t in result.traces:
+            when = ("no deadline" if t.deadline_ms is None else
+                    f"due by {time.strftime('%H:%M:%S', time.localtime(t.deadline_ms / 1000))}")
+            state = "OVERDUE" if t in overdue else "pending"
+            print(f"  {state}: {t.path} (partition {t.partition}, offset {t.offset}): "
+                  f"{t.what}, {when}")
+        print({0: "nothing superseded remains", 1: f"{len(overdue)} traces past their deadline",
+               6: f"{len(result.traces)} traces remain, all within their deadline"}[code])
+    return code
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from compactor.demo import run_demo
 
@@ -167,6 +213,19 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true",
                        help="show what would be cleaned; change nothing")
     clean.set_defaults(func=_cmd_clean)
+
+    audit = sub.add_parser(
+        "audit-erasure", help="find superseded values of a key still on disk",
+        description="Search every file of a topic's lake (Parquet decoded, Delta logs byte for "
+        "byte) for values of KEY that a newer record superseded, and report where they remain "
+        "and by when they must be gone. Exit 0: nothing remains; 1: traces past their "
+        "deadline; 6: traces remain, all within their deadline.",
+    )
+    _common(audit)
+    audit.add_argument("--topic", required=True, help="the mirrored topic")
+    audit.add_argument("--key", help="the key as UTF-8 text")
+    audit.add_argument("--key-hex", help="the key as hexadecimal bytes")
+    audit.set_defaults(func=_cmd_audit)
 
     demo = sub.add_parser(
         "demo", help="run the whole product on an embedded broker (needs nothing else)",

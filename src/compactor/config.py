@@ -173,10 +173,32 @@ class TopicConfig:
         return min(3_600_000, self.max_compaction_lag_ms // 4)
 
     @property
+    def erasure_deadline(self) -> bool:
+        """A compacted topic with a max lag promises physical erasure within it."""
+        return self.compact and self.max_compaction_lag_ms < LONG_MAX
+
+    @property
+    def pass_allowance_ms(self) -> int:
+        """Time reserved inside the deadline for waking up, a cleaning pass and its commit."""
+        return max(2000, self.max_compaction_lag_ms // 10)
+
+    @property
+    def cleaning_lag_ms(self) -> int:
+        """When a dirty record must be cleaned so that it is *physically* gone by the max lag.
+
+        Planned backwards from max.compaction.lag.ms = M: vacuum needs the grace G after the
+        cleaning commit, and the pass itself an allowance A, so cleaning is forced at
+        M - G - A. Without a max lag this is Kafka's (infinite) max lag.
+        """
+        if not self.erasure_deadline:
+            return self.max_compaction_lag_ms
+        return self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms
+
+    @property
     def roll_ms(self) -> int:
-        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, max lag)."""
-        if self.compact and self.max_compaction_lag_ms < LONG_MAX:
-            return min(self.segment_ms, self.max_compaction_lag_ms)
+        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag)."""
+        if self.erasure_deadline:
+            return min(self.segment_ms, self.cleaning_lag_ms)
         return self.segment_ms
 
 
@@ -398,7 +420,7 @@ def resolve_topic(
             f"must be >= min.compaction.lag.ms ({values['min.compaction.lag.ms']})",
             f"from {sources['max.compaction.lag.ms']} and {sources['min.compaction.lag.ms']}",
         )
-    return TopicConfig(
+    tc = TopicConfig(
         name=topic,
         cleanup_policy=values["cleanup.policy"],
         segment_bytes=values["segment.bytes"],
@@ -412,6 +434,14 @@ def resolve_topic(
         vacuum_grace=values["vacuum.grace.ms"],
         sources=MappingProxyType(sources),
     )
+    if tc.erasure_deadline and tc.cleaning_lag_ms <= 0:
+        raise ConfigError(
+            f"vacuum.grace.ms (topic {topic})", tc.vacuum_grace_ms,
+            f"leaves no time to clean within max.compaction.lag.ms ({tc.max_compaction_lag_ms}):"
+            f" grace + a pass allowance of {tc.pass_allowance_ms} ms must stay below it",
+            "lower vacuum.grace.ms or raise max.compaction.lag.ms",
+        )
+    return tc
 
 
 def broker_overrides(entries: Mapping[str, tuple[str | None, bool]]) -> dict[str, str]:

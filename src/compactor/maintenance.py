@@ -105,6 +105,43 @@ class LogMaintenance:
         self._lock = commit_lock or threading.Lock()
         self._vacuum = Vacuum()
         self.uncleanable: dict[tuple[str, int], str] = {}
+        self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
+
+    def note_removed(self, topic: str, now_ms: int | None = None) -> None:
+        """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self._vacuum_due.append(now + self._config.topic(topic).vacuum_grace_ms + 50)
+
+    def next_due_ms(self, now_ms: int | None = None) -> int | None:
+        """The earliest wall-clock time at which some work falls due, from the Delta log.
+
+        The erasure deadline is planned backwards, so the service wakes at these instants
+        rather than only every ``log.cleaner.backoff.ms``: an active segment's roll deadline,
+        a dirty segment's forced-cleaning time, a tombstone horizon, a removed file's grace.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        due = [int(t) for t in self._vacuum_due]
+        for topic in self._config.topics:
+            tc = self._config.topic(topic)
+            if not tc.compact:
+                continue
+            table = open_table(topic_paths(self._config.lake_path, topic).log)
+            if table is None:
+                continue
+            for plog in read_partition_logs(table).values():
+                active = active_segment(plog, tc.roll_ms, now)
+                if active is not None and tc.erasure_deadline:
+                    due.append(active.min_timestamp_ms + tc.roll_ms + 1)
+                rng = cleanable_range(plog, tc, now)
+                if rng.earliest_dirty_ms is not None and tc.erasure_deadline:
+                    due.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms + 1)
+                horizons = [s.min_delete_horizon_ms for s in plog.segments
+                            if s.min_delete_horizon_ms is not None]
+                if horizons:
+                    due.append(min(horizons))
+        self._vacuum_due = [t for t in self._vacuum_due if t > now]
+        future = [t for t in due if t > now]
+        return min(future) if future else None
 
     def _plans(self, topics: list[str], force: bool, now_ms: int,
                report: PassReport) -> list[_Planned]:
@@ -216,6 +253,8 @@ class LogMaintenance:
             except Exception as exc:
                 log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
                 return False
+        if result.removed:
+            self.note_removed(result.topic, now_ms)
         s = result.stats
         log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
                  "%d tombstones gone, %d files (%d bytes) written in %.2fs", *key,
@@ -224,18 +263,21 @@ class LogMaintenance:
         return True
 
     def _vacuum_topic(self, topic: str) -> int:
-        path = topic_paths(self._config.lake_path, topic).log
-        table = open_table(path)
-        if table is None:
-            return 0
+        """Vacuum the topic's log and latest-value table; returns the files deleted."""
+        paths = topic_paths(self._config.lake_path, topic)
         grace = self._config.topic(topic).vacuum_grace_ms
-        try:
-            with self._lock:
-                ensure_grace(table, grace)
-        except Exception as exc:
-            log.warning("%s: cannot record the vacuum grace in the table: %s", path, exc)
-        try:
-            return len(self._vacuum.run(path, grace))
-        except LakeError as exc:
-            log.warning("%s", exc)
-            return 0
+        deleted = 0
+        for path in (paths.log, paths.table):
+            table = open_table(path)
+            if table is None:
+                continue
+            try:
+                with self._lock:
+                    ensure_grace(table, grace)
+            except Exception as exc:
+                log.warning("%s: cannot record the vacuum grace in the table: %s", path, exc)
+            try:
+                deleted += len(self._vacuum.run(path, grace))
+            except LakeError as exc:
+                log.warning("%s", exc)
+        return deleted

@@ -83,14 +83,22 @@ class Service:
         cleaner = (LogMaintenance(spark, self.config, self.commit_lock)
                    if self.config.cleaner.enable else None)
         summary = RunSummary(ingest=mirror.totals)
+        if cleaner is not None:
+            mirror.table_hooks.append(cleaner.note_removed)
 
-        def clean(until_idle: bool) -> None:
+        def clean(until_idle: bool) -> float:
+            """Run passes; returns when (monotonic) the next one is due."""
             if cleaner is None:
-                return
+                return float("inf")
             for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
                 summary.cleaning.add(report)
                 if on_pass is not None:
                     on_pass(report)
+            wake = time.monotonic() + backoff_s
+            due_ms = cleaner.next_due_ms()
+            if due_ms is not None:
+                wake = min(wake, time.monotonic() + max(0.0, due_ms / 1000 - time.time()))
+            return wake
 
         query = mirror.start(once=once)
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
@@ -104,10 +112,9 @@ class Service:
                     break
                 if not once and (self._batch_done.is_set() or time.monotonic() >= next_clean):
                     self._batch_done.clear()
-                    clean(until_idle=False)
-                    next_clean = time.monotonic() + backoff_s
+                    next_clean = clean(until_idle=False)
                     continue
-                query.awaitTermination(1)
+                time.sleep(0.2)
             failure: Any = query.exception()
             if failure is not None:
                 raise mirror.error(failure)

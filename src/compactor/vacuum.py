@@ -11,11 +11,13 @@ being prepared.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
+from compactor.layout import is_local, join, local_path
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,12 @@ class Vacuum:
         orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
         try:
             table = DeltaTable(path)
-            deleted = list(table.vacuum(dry_run=dry_run, enforce_retention_duration=True))
+            # delta-rs lists removed files again after deleting them; count what still exists.
+            candidates = [f for f in table.vacuum(dry_run=True, enforce_retention_duration=True)
+                          if not is_local(path) or os.path.exists(join(local_path(path), f))]
+            deleted = candidates
+            if candidates and not dry_run:
+                table.vacuum(dry_run=False, enforce_retention_duration=True)
             now = time.monotonic()
             last_full = self._last_full.get(path)
             if not dry_run and (last_full is None or now - last_full >= 3600):

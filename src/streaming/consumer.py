@@ -18,6 +18,9 @@ from compactor.layout import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
 _TS_TYPE = {0: -1, 1: 0, 2: 1}
 _CONSUME_BATCH = 10_000
+# consume() blocks until it has _CONSUME_BATCH messages or this timeout passes: short, so that
+# the tail of a range (fewer messages than a batch) costs milliseconds, not a second.
+_CONSUME_WAIT_S = 0.05
 
 
 def _consumer(client_config: Mapping[str, str]) -> Consumer:
@@ -58,7 +61,7 @@ def consume_range(
         consumer.assign([tp])
         deadline = time.monotonic() + poll_timeout_ms / 1000
         while True:
-            messages = consumer.consume(_CONSUME_BATCH, 1.0)
+            messages = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
             if not messages:
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(

@@ -89,6 +89,7 @@ class Mirror:
         self.commit_lock = commit_lock or threading.Lock()
         self.totals = IngestTotals()
         self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
+        self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
         self.in_batch = False
         self.failure: BaseException | None = None
 
@@ -122,7 +123,10 @@ class Mirror:
         with self.commit_lock:
             stats = commit_ranges(self.config, results)
         for topic in sorted(stats):
-            catch_up(self.config, topic)
+            merged = catch_up(self.config, topic)
+            if merged.updated or merged.deleted:
+                for hook in self.table_hooks:
+                    hook(topic)
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,

@@ -28,3 +28,28 @@ def run_once(config: Any) -> Any:
 
     service = Service(config)
     return service.run(once=True)
+
+
+def find_markers(root: str, markers: list[bytes]) -> dict[bytes, list[str]]:
+    """Every file under ``root`` holding each marker: Parquet decoded, other files raw."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    found: dict[bytes, list[str]] = {m: [] for m in markers}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as fh:
+                blobs = [fh.read()]
+            if name.endswith(".parquet"):
+                try:
+                    table = pq.read_table(path)
+                except Exception:
+                    table = None
+                if table is not None:
+                    blobs = [repr(table.to_pylist()).encode()]
+            for marker in markers:
+                if any(marker in blob for blob in blobs):
+                    found[marker].append(path)
+    return found

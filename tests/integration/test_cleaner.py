@@ -88,12 +88,14 @@ def test_max_lag_forces_cleaning_of_an_idle_partition_below_the_ratio(
         broker, topic_factory, lake_config) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.99",
                               "max.compaction.lag.ms": "2500"})
+    # The lag is the deadline for physical erasure: with a 100 ms vacuum grace and the 2 s
+    # pass allowance, cleaning is forced 400 ms after a record's timestamp.
     # Timestamps 10 s ahead: the first run surely ends before the 2.5 s lag has passed.
     ts = int(time.time() * 1000) + 10_000
     produce(broker.bootstrap_servers, topic, [
         Record(b"user-1", b"v1", 0, ts), Record(b"user-1", b"v2", 0, ts),
         Record(b"user-1", None, 0, ts)])
-    config = lake_config(topic)
+    config = lake_config(topic, vacuum_grace_ms="100")
     run_once(config)
     first = rows(config, topic)
     assert [r["offset"] for r in first] == [0, 1, 2]  # young: nothing is due yet
@@ -181,7 +183,7 @@ def test_a_running_mirror_cleans_an_idle_partition_and_stops_on_sigterm(
     conf = write_config(tmp_path / "c.properties", **{
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
         "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "500",
-        "log.cleaner.backoff.ms": "500", "spark.master": "local[2]",
+        "log.cleaner.backoff.ms": "500", "vacuum.grace.ms": "200", "spark.master": "local[2]",
         "spark.ui.enabled": "false"})
     proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config", str(conf),
                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

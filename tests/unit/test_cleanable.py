@@ -55,19 +55,21 @@ def test_max_lag_forces_cleaning_below_the_ratio() -> None:
                checkpoint=10)
     lazy = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=10_000)
     assert not cleanable_range(log, lazy, NOW).eligible
-    r = cleanable_range(log, topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=2_000),
-                        NOW)
-    assert r.must_clean and r.eligible and r.max_compaction_delay_ms == 3_000
+    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=3_000, vacuum_grace=100)
+    r = cleanable_range(log, tc, NOW)
+    assert r.must_clean and r.eligible
+    # Forced at the cleaning lag (max lag - grace - allowance), so vacuum meets the max lag.
+    assert r.max_compaction_delay_ms == 5_000 - tc.cleaning_lag_ms
 
 
 def test_max_lag_reaches_an_idle_partition_through_the_rolled_active_segment() -> None:
     # One segment only: the active one. Idle past its deadline (KIP-354 roll = max lag), it
     # counts as rolled, so its tombstone can be cleaned although nothing follows it.
     log = plog(seg(0, 9, 100, NOW - 3_000))
-    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=2_000)
+    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=3_000, vacuum_grace=100)
     r = cleanable_range(log, tc, NOW)
     assert r.first_uncleanable_offset == 10 and r.must_clean
-    fresh = cleanable_range(plog(seg(0, 9, 100, NOW - 1_000)), tc, NOW)
+    fresh = cleanable_range(plog(seg(0, 9, 100, NOW - 100)), tc, NOW)
     assert fresh.first_uncleanable_offset == 0 and not fresh.eligible
 
 

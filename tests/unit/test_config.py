@@ -54,13 +54,25 @@ def test_broker_wide_hours_alias() -> None:
     assert resolve_topic(cfg, "orders", {}).retention_ms == 2 * 3_600_000
 
 
-def test_kip354_roll_uses_min_of_segment_ms_and_max_lag_for_compacted_topics() -> None:
+def test_kip354_roll_uses_min_of_segment_ms_and_the_cleaning_lag_for_compacted_topics() -> None:
     cfg = config(**{"cleanup.policy": "compact", "segment.ms": "10000",
                     "max.compaction.lag.ms": "3000"})
-    assert resolve_topic(cfg, "orders", {}).roll_ms == 3000
+    tc = resolve_topic(cfg, "orders", {})
+    # Planned backwards from the max lag: minus the vacuum grace (M/4) and a pass allowance.
+    assert tc.vacuum_grace_ms == 750 and tc.pass_allowance_ms == 2000
+    assert tc.cleaning_lag_ms == 3000 - 750 - 2000 == tc.roll_ms
     plain = config(**{"cleanup.policy": "delete", "segment.ms": "10000",
                       "max.compaction.lag.ms": "3000"})
     assert resolve_topic(plain, "orders", {}).roll_ms == 10000
+
+
+def test_a_max_lag_that_leaves_no_time_to_clean_and_vacuum_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "5000",
+                  "vacuum.grace.ms": "4500"})
+    text = str(info.value)
+    assert "vacuum.grace.ms (topic orders)=4500" in text
+    assert "leaves no time to clean within max.compaction.lag.ms (5000)" in text
 
 
 def test_max_lag_below_min_lag_is_refused_with_key_value_and_rule() -> None:

@@ -1,0 +1,150 @@
+"""``compactor audit-erasure``: where do superseded values of one key still exist on disk?
+
+The audit trusts no bookkeeping. It walks every file under ``L/T`` (data files of the log, the
+latest-value table and rejected records, whether the current snapshot references them or not,
+orphans, Delta logs, checkpoints, Spark checkpoints below the lake), decodes Parquet and
+searches every other file byte for byte:
+
+- a row of the key whose value a newer record of the key superseded is a *trace*, due to be
+  gone by the superseding record's timestamp + ``max.compaction.lag.ms``;
+- the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, since
+  nothing the product writes puts them there.
+
+The key's current record (its latest value, or its tombstone) is not a trace.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compactor.config import LONG_MAX, CompactorConfig
+from compactor.exceptions import LakeError
+from compactor.layout import is_local, local_path, topic_paths
+
+_ROW_COLUMNS = ["key", "value", "offset", "timestamp", "partition"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    path: str
+    table: str  # log, table, rejected, other
+    partition: int | None
+    offset: int | None
+    what: str
+    deadline_ms: int | None  # None: no deadline applies (no max lag, or should never exist)
+
+
+@dataclass
+class AuditResult:
+    topic: str
+    key: bytes
+    latest: dict[int, tuple[int, int, bool]]  # partition -> (offset, timestamp ms, tombstone)
+    traces: list[Trace] = field(default_factory=list)
+    files_searched: int = 0
+
+    def overdue(self, now_ms: int) -> list[Trace]:
+        return [t for t in self.traces if t.deadline_ms is None or t.deadline_ms < now_ms]
+
+
+def _partition_from_path(path: Path) -> int | None:
+    for part in path.parts:
+        if part.startswith("partition="):
+            return int(part.split("=", 1)[1])
+    return None
+
+
+def _rows_of_key(path: Path, key: bytes) -> pa.Table | None:
+    """Rows of ``key`` in a data file; None when the file is not a data file with keys."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception:
+        return None
+    if "key" not in schema.names:
+        return None
+    columns = [c for c in _ROW_COLUMNS if c in schema.names]
+    table = _plain(pq.read_table(path, columns=columns))
+    return table.filter(pc.equal(table.column("key"), pa.scalar(key, pa.binary())))
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """delta-rs writes binary_view and string_view columns, which few kernels take."""
+    fields = [
+        pa.field(f.name, pa.binary() if pa.types.is_binary_view(f.type)
+                 else pa.string() if pa.types.is_string_view(f.type) else f.type)
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+def _table_of(path: Path, root: Path) -> str:
+    first = path.relative_to(root).parts[0]
+    return first if first in ("log", "table", "rejected") else "other"
+
+
+def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
+    root_uri = topic_paths(config.lake_path, topic).root
+    if not is_local(root_uri):
+        raise LakeError(f"audit-erasure reads local lakes only; {root_uri} is not local")
+    root = Path(local_path(root_uri))
+    if not root.exists():
+        raise LakeError(f"no lake for topic {topic} under {config.lake_path}")
+    tc = config.topic(topic)
+    lag = tc.max_compaction_lag_ms if tc.max_compaction_lag_ms < LONG_MAX else None
+
+    rows: list[tuple[Path, dict[str, object]]] = []
+    other_files: list[Path] = []
+    result = AuditResult(topic, key, {})
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            result.files_searched += 1
+            found = _rows_of_key(path, key) if name.endswith(".parquet") else None
+            if found is None:
+                other_files.append(path)
+                continue
+            partition = _partition_from_path(path)
+            for row in found.to_pylist():
+                if row.get("partition") is None:
+                    row["partition"] = partition
+                rows.append((path, row))
+
+    # The key's history as the lake knows it, per partition: offset -> timestamp, tombstone.
+    history: dict[int, dict[int, tuple[int, bool]]] = {}
+    for _path, row in rows:
+        p, o = row["partition"], row["offset"]
+        if isinstance(p, int) and isinstance(o, int):
+            ts = row.get("timestamp")
+            ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else 0
+            history.setdefault(p, {})[o] = (ms, row.get("value") is None)
+    for p, entries in history.items():
+        last = max(entries)
+        result.latest[p] = (last, entries[last][0], entries[last][1])
+
+    for path, row in rows:
+        p, o = row["partition"], row["offset"]
+        if row.get("value") is None or not isinstance(p, int) or not isinstance(o, int):
+            continue
+        newer = sorted(off for off in history.get(p, {}) if off > o)
+        if not newer:
+            continue  # the key's live value
+        superseded_at = history[p][newer[0]][0]
+        result.traces.append(Trace(
+            str(path.relative_to(root)), _table_of(path, root), p, o,
+            f"value superseded by offset {newer[0]}",
+            superseded_at + lag if lag is not None else None,
+        ))
+    for path in other_files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if key in data:
+            result.traces.append(Trace(str(path.relative_to(root)), _table_of(path, root),
+                                       None, None, "key bytes in a non-data file", None))
+    return result

@@ -1,0 +1,108 @@
+"""The GDPR scenario end to end: superseded and erased values are physically gone by the
+deadline from every file under the lake, while live values remain."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from compactor.service import Service
+from compactor.workload import Record, produce
+from tests.conftest import wait_until
+from tests.integration.helpers import find_markers
+from tests.integration.test_cli import write_config
+
+M = 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("spark")
+def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
+        broker, topic_factory, lake_config, tmp_path) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact", "max.compaction.lag.ms": str(M),
+                              "min.cleanable.dirty.ratio": "0.99"})
+    run = uuid.uuid4().hex[:8]
+
+    def marker(key: int, version: int) -> bytes:
+        return b"MARK-%s-%d-%d" % (run.encode(), key, version)
+
+    keys = range(12)
+    first = [Record(b"user-%d" % k, b'{"email":"%s"}' % marker(k, 1), k % 2) for k in keys]
+    second = [Record(b"user-%d" % k, b'{"email":"%s"}' % marker(k, 2), k % 2)
+              for k in keys if k % 3]
+    erase = [Record(b"user-%d" % k, None, k % 2) for k in keys if k % 4 == 0]
+    config = lake_config(topic, trigger_interval_ms="500", log_cleaner_backoff_ms="1000")
+    service = Service(config)
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # surfaced by the assertion below
+            failures.append(exc)
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    try:
+        # Steady state first: the deadline is promised to a running mirror, not a cold start.
+        produce(broker.bootstrap_servers, topic, [Record(b"warm-up", b"x", 0)])
+        wait_until(lambda: (tmp_path / "lake" / topic / "table" / "_delta_log").exists(), 120,
+                   "the mirror to be running")
+        produce(broker.bootstrap_servers, topic, first)
+        produce(broker.bootstrap_servers, topic, second + erase)
+        superseded_at = time.time() * 1000  # the superseding records' timestamps are <= this
+        dead = [marker(k, 1) for k in keys if k % 3] + [
+            marker(k, v) for k in keys if k % 4 == 0 for v in (1, 2)]
+        live = [marker(k, 2) for k in keys if k % 3 and k % 4] + [
+            marker(k, 1) for k in keys if not k % 3 and k % 4]
+        deadline = superseded_at + M + config.cleaner.backoff_ms
+        while time.time() * 1000 < deadline:
+            time.sleep(0.1)  # the promise is about this instant
+        found = find_markers(config.lake_path, dead + live)
+    finally:
+        service.request_stop()
+        worker.join(120)
+    assert not failures, failures
+    assert not {m: paths for m, paths in found.items() if m in dead and paths}, \
+        "superseded or erased values outlived their deadline"
+    for m in live:
+        assert any("/log/" in p for p in found[m]) and any("/table/" in p for p in found[m]), \
+            (m, found[m])
+
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path})
+    for key in (b"user-0", b"user-1", b"user-3"):  # erased, updated, never superseded
+        audit = subprocess.run([sys.executable, "-m", "compactor.cli", "audit-erasure",
+                                "--config", str(conf), "--topic", topic, "--key", key.decode(),
+                                "--json"], capture_output=True, text=True, timeout=120)
+        assert audit.returncode == 0, audit.stdout + audit.stderr[-2000:]
+        assert json.loads(audit.stdout)["traces"] == []
+
+
+def test_audit_reports_a_superseded_value_still_on_disk(broker, topic_factory, tmp_path) -> None:
+    """Before cleaning, the audit finds the superseded value and says it is pending."""
+    from compactor.admin import resolve_config
+    from compactor.audit import audit_key
+    from compactor.config import build_config
+    from tests.lake import append
+
+    topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"})
+    config = resolve_config(build_config({
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake")}))
+    now = int(time.time() * 1000)
+    append(config, topic, 0, [(0, b"alice", b"old-address", now - 5000),
+                              (1, b"alice", b"new-address", now)], now_ms=now)
+    result = audit_key(config, topic, b"alice")
+    assert [(t.partition, t.offset, t.table) for t in result.traces] == [(0, 0, "log")]
+    assert result.traces[0].deadline_ms == now + 60_000
+    assert not result.overdue(now) and result.overdue(now + 60_001)
+    assert result.latest == {0: (1, now, False)}
+    wait_until(lambda: True, 1, "nothing")
