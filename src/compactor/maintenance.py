@@ -267,17 +267,21 @@ class LogMaintenance:
         paths = topic_paths(self._config.lake_path, topic)
         grace = self._config.topic(topic).vacuum_grace_ms
         deleted = 0
-        for path in (paths.log, paths.table):
+        ours = [paths.log, paths.table]
+        theirs = [d.path for d in self._config.downstream if d.topic == topic]
+        for path in ours + theirs:
             table = open_table(path)
             if table is None:
                 continue
-            try:
-                with self._lock:
-                    ensure_grace(table, grace)
-            except Exception as exc:
-                log.warning("%s: cannot record the vacuum grace in the table: %s", path, exc)
-            try:
-                deleted += len(self._vacuum.run(path, grace))
-            except LakeError as exc:
-                log.warning("%s", exc)
+            # Vacuum commits too: under the lock, so it never races this process's MERGEs.
+            with self._lock:
+                if path in ours:
+                    try:
+                        ensure_grace(table, grace)
+                    except Exception as exc:
+                        log.warning("%s: cannot record the vacuum grace: %s", path, exc)
+                try:
+                    deleted += len(self._vacuum.run(path, grace))
+                except LakeError as exc:
+                    log.warning("%s", exc)
         return deleted

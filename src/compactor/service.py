@@ -30,6 +30,7 @@ from typing import Any
 
 from compactor.admin import resolve_config
 from compactor.config import CompactorConfig
+from compactor.erasure import check_downstream
 from compactor.exceptions import CompactorError
 from compactor.maintenance import CleaningTotals, LogMaintenance, PassReport
 from compactor.writer import BatchStats, IngestTotals
@@ -51,6 +52,7 @@ class Service:
 
     def __init__(self, config: CompactorConfig) -> None:
         self.config = resolve_config(config)
+        check_downstream(self.config)
         self._stop = threading.Event()
         self._batch_done = threading.Event()
         self.commit_lock = threading.Lock()

@@ -20,6 +20,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
+from compactor.erasure import DownstreamEraser
 from compactor.exceptions import CompactorError
 from compactor.latest import catch_up
 from compactor.layout import open_table, topic_paths
@@ -90,6 +91,7 @@ class Mirror:
         self.totals = IngestTotals()
         self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
+        self.eraser = DownstreamEraser(config)
         self.in_batch = False
         self.failure: BaseException | None = None
 
@@ -122,11 +124,12 @@ class Mirror:
         )
         with self.commit_lock:
             stats = commit_ranges(self.config, results)
-        for topic in sorted(stats):
-            merged = catch_up(self.config, topic)
-            if merged.updated or merged.deleted:
-                for hook in self.table_hooks:
-                    hook(topic)
+            for topic in sorted(stats):
+                merged = catch_up(self.config, topic)
+                erased = self.eraser.catch_up(topic)
+                if merged.updated or merged.deleted or erased:
+                    for hook in self.table_hooks:
+                        hook(topic)
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,

@@ -87,8 +87,8 @@ def test_a_tombstone_is_kept_until_its_horizon_and_then_removed(
 def test_max_lag_forces_cleaning_of_an_idle_partition_below_the_ratio(
         broker, topic_factory, lake_config) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.99",
-                              "max.compaction.lag.ms": "2500"})
-    # The lag is the deadline for physical erasure: with a 100 ms vacuum grace and the 2 s
+                              "max.compaction.lag.ms": "3500"})
+    # The lag is the deadline for physical erasure: with a 100 ms vacuum grace and the 3 s
     # pass allowance, cleaning is forced 400 ms after a record's timestamp.
     # Timestamps 10 s ahead: the first run surely ends before the 2.5 s lag has passed.
     ts = int(time.time() * 1000) + 10_000
@@ -178,7 +178,7 @@ def test_a_running_mirror_cleans_an_idle_partition_and_stops_on_sigterm(
     from tests.conftest import wait_until
 
     topic = topic_factory(1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.99",
-                              "max.compaction.lag.ms": "3000"})
+                              "max.compaction.lag.ms": "4000"})
     produce(broker.bootstrap_servers, topic, [Record(b"k", b"v1", 0), Record(b"k", b"v2", 0)])
     conf = write_config(tmp_path / "c.properties", **{
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,

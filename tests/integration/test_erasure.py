@@ -37,7 +37,19 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
     second = [Record(b"user-%d" % k, b'{"email":"%s"}' % marker(k, 2), k % 2)
               for k in keys if k % 3]
     erase = [Record(b"user-%d" % k, None, k % 2) for k in keys if k % 4 == 0]
-    config = lake_config(topic, trigger_interval_ms="500", log_cleaner_backoff_ms="1000")
+    # A downstream table under the lake: one row per user, keyed by the Kafka key as text.
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    marts = tmp_path / "lake" / "marts" / "profiles"
+    write_deltalake(str(marts), pa.table({
+        "user_id": [f"user-{k}" for k in keys],
+        "email": [marker(k, 0) for k in keys]}), configuration={
+        "delta.dataSkippingStatsColumns": "email",
+        "delta.deletedFileRetentionDuration": "interval 1 seconds"})
+    config = lake_config(topic, trigger_interval_ms="500", log_cleaner_backoff_ms="1000", **{
+        "downstream.profiles.path": str(marts), "downstream.profiles.topic": topic,
+        "downstream.profiles.key.column": "user_id"})
     service = Service(config)
     failures: list[BaseException] = []
 
@@ -58,13 +70,13 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
         produce(broker.bootstrap_servers, topic, second + erase)
         superseded_at = time.time() * 1000  # the superseding records' timestamps are <= this
         dead = [marker(k, 1) for k in keys if k % 3] + [
-            marker(k, v) for k in keys if k % 4 == 0 for v in (1, 2)]
+            marker(k, v) for k in keys if k % 4 == 0 for v in (0, 1, 2)]
         live = [marker(k, 2) for k in keys if k % 3 and k % 4] + [
             marker(k, 1) for k in keys if not k % 3 and k % 4]
         deadline = superseded_at + M + config.cleaner.backoff_ms
         while time.time() * 1000 < deadline:
             time.sleep(0.1)  # the promise is about this instant
-        found = find_markers(config.lake_path, dead + live)
+        found = find_markers(config.lake_path, dead + live + [marker(k, 0) for k in keys])
     finally:
         service.request_stop()
         worker.join(120)
@@ -74,6 +86,8 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
     for m in live:
         assert any("/log/" in p for p in found[m]) and any("/table/" in p for p in found[m]), \
             (m, found[m])
+    kept_downstream = [marker(k, 0) for k in keys if k % 4]
+    assert all(any("/marts/" in p for p in found[m]) for m in kept_downstream)
 
     conf = write_config(tmp_path / "c.properties", **{
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,

@@ -53,9 +53,9 @@ def test_max_lag_forces_cleaning_below_the_ratio() -> None:
     # A large clean head and a small dirty segment: the ratio is about 1%.
     log = plog(seg(0, 9, 1000, NOW - 9_000), seg(10, 19, 10, NOW - 5_000), seg(20, 29, 1, NOW),
                checkpoint=10)
-    lazy = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=10_000)
+    lazy = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=20_000)
     assert not cleanable_range(log, lazy, NOW).eligible
-    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=3_000, vacuum_grace=100)
+    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=4_000, vacuum_grace=100)
     r = cleanable_range(log, tc, NOW)
     assert r.must_clean and r.eligible
     # Forced at the cleaning lag (max lag - grace - allowance), so vacuum meets the max lag.
@@ -66,7 +66,7 @@ def test_max_lag_reaches_an_idle_partition_through_the_rolled_active_segment() -
     # One segment only: the active one. Idle past its deadline (KIP-354 roll = max lag), it
     # counts as rolled, so its tombstone can be cleaned although nothing follows it.
     log = plog(seg(0, 9, 100, NOW - 3_000))
-    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=3_000, vacuum_grace=100)
+    tc = topic(min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=5_000, vacuum_grace=100)
     r = cleanable_range(log, tc, NOW)
     assert r.first_uncleanable_offset == 10 and r.must_clean
     fresh = cleanable_range(plog(seg(0, 9, 100, NOW - 100)), tc, NOW)

@@ -55,12 +55,12 @@ def test_broker_wide_hours_alias() -> None:
 
 
 def test_kip354_roll_uses_min_of_segment_ms_and_the_cleaning_lag_for_compacted_topics() -> None:
-    cfg = config(**{"cleanup.policy": "compact", "segment.ms": "10000",
-                    "max.compaction.lag.ms": "3000"})
+    cfg = config(**{"cleanup.policy": "compact", "segment.ms": "100000",
+                    "max.compaction.lag.ms": "20000"})
     tc = resolve_topic(cfg, "orders", {})
     # Planned backwards from the max lag: minus the vacuum grace (M/4) and a pass allowance.
-    assert tc.vacuum_grace_ms == 750 and tc.pass_allowance_ms == 2000
-    assert tc.cleaning_lag_ms == 3000 - 750 - 2000 == tc.roll_ms
+    assert tc.vacuum_grace_ms == 5000 and tc.pass_allowance_ms == 4000
+    assert tc.cleaning_lag_ms == 20000 - 5000 - 4000 == tc.roll_ms
     plain = config(**{"cleanup.policy": "delete", "segment.ms": "10000",
                       "max.compaction.lag.ms": "3000"})
     assert resolve_topic(plain, "orders", {}).roll_ms == 10000

@@ -1,0 +1,97 @@
+"""Tombstones carried to downstream tables (real Delta tables, no broker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from compactor.config import build_config, with_topic_configs
+from compactor.erasure import ERASE_APP_ID, DownstreamEraser, check_downstream
+from compactor.exceptions import ConfigError
+from tests.lake import append
+
+T0 = 1_700_000_000_000
+SAFE = {"delta.dataSkippingStatsColumns": "plan", "delta.deletedFileRetentionDuration":
+        "interval 1 seconds"}
+
+
+def make_downstream(path: Path, properties: dict[str, str] | None = None) -> None:
+    write_deltalake(str(path), pa.table({
+        "user_id": ["u1", "u2", "u3", "u4"], "plan": ["free", "pro", "pro", "team"],
+        "email": [b"SECRET-u1", b"SECRET-u2", b"SECRET-u3", b"SECRET-u4"]}),
+        configuration=SAFE if properties is None else properties)
+
+
+def config_for(tmp_path: Path, **extra: str):
+    raw = {"bootstrap.servers": "127.0.0.1:9", "topics": "users",
+           "lake.path": str(tmp_path / "lake"), "cleanup.policy": "compact",
+           "downstream.marts.path": str(tmp_path / "marts"), "downstream.marts.topic": "users",
+           "downstream.marts.key.column": "user_id", "downstream.marts.key.format": "json:id",
+           **extra}
+    return with_topic_configs(build_config(raw), {})
+
+
+def rows(path: Path) -> list[str]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("user_id").to_pylist())
+
+
+def test_tombstones_delete_matching_rows_exactly_once(tmp_path: Path) -> None:
+    make_downstream(tmp_path / "marts")
+    config = config_for(tmp_path)
+    check_downstream(config)
+    append(config, "users", 0, [(0, b'{"id":"u1"}', b"v", T0), (1, b'{"id":"u1"}', None, T0),
+                                (2, b'{"id":"u3"}', b"v", T0)], now_ms=T0)
+    append(config, "users", 1, [(0, b'{"id":"u4"}', None, T0), (1, b"not json", None, T0)],
+           now_ms=T0)
+    eraser = DownstreamEraser(config)
+    assert eraser.catch_up("users") == 2
+    assert rows(tmp_path / "marts") == ["u2", "u3"]
+    table = DeltaTable(str(tmp_path / "marts"))
+    assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=0)) == 2
+    assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=1)) == 1
+    version = table.version()
+    assert DownstreamEraser(config).catch_up("users") == 0  # a restart re-applies nothing
+    assert DeltaTable(str(tmp_path / "marts")).version() == version
+    append(config, "users", 0, [(3, b'{"id":"u2"}', None, T0)], now_ms=T0)
+    assert eraser.catch_up("users") == 1
+    assert rows(tmp_path / "marts") == ["u3"]
+    for f in (tmp_path / "marts" / "_delta_log").iterdir():
+        text = f.read_bytes()  # a literal predicate would read t.user_id = 'u1'
+        assert not any(q + k + q in text for k in (b"u1", b"u2", b"u4") for q in (b"'", b'"'))
+
+
+@pytest.mark.parametrize(("properties", "extra", "rule"), [
+    ({"delta.deletedFileRetentionDuration": "interval 1 seconds"}, {},
+     "collects statistics on its key column 'user_id'"),
+    ({"delta.dataSkippingStatsColumns": "plan"}, {},
+     "keeps removed files for 604800000 ms"),
+])
+def test_downstream_tables_that_cannot_meet_the_deadline_are_refused(
+        tmp_path: Path, properties: dict[str, str], extra: dict[str, str], rule: str) -> None:
+    make_downstream(tmp_path / "marts", properties)
+    config = config_for(tmp_path, **{"max.compaction.lag.ms": "60000", **extra})
+    with pytest.raises(ConfigError, match=rule):
+        check_downstream(config)
+
+
+def test_a_missing_downstream_table_or_column_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a Delta table"):
+        check_downstream(config_for(tmp_path))
+    make_downstream(tmp_path / "marts")
+    with pytest.raises(ConfigError, match="downstream.marts.key.column='email_hash'"):
+        check_downstream(config_for(tmp_path, **{"downstream.marts.key.column": "email_hash"}))
+
+
+def test_downstream_config_is_validated() -> None:
+    base = {"bootstrap.servers": "h:1", "topics": "users", "lake.path": "/l"}
+    with pytest.raises(ConfigError, match="downstream.m.key.column=None: is required"):
+        build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "users"})
+    with pytest.raises(ConfigError, match="downstream.m.topic='orders'"):
+        build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "orders",
+                      "downstream.m.key.column": "k"})
+    with pytest.raises(ConfigError, match="must be bytes, string or json:<field>"):
+        build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "users",
+                      "downstream.m.key.column": "k", "downstream.m.key.format": "xml"})
