@@ -98,19 +98,23 @@ class DownstreamEraser:
     config: CompactorConfig
     _scanned: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def catch_up(self, topic: str) -> int:
-        """Apply pending tombstones of ``topic``; returns the rows deleted downstream."""
+    def catch_up(self, topic: str) -> dict[str, dict[int, int]]:
+        """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
+        the last log offset it finished for each partition."""
         targets = [d for d in self.config.downstream if d.topic == topic]
         log_table = open_table(topic_paths(self.config.lake_path, topic).log) if targets else None
         if log_table is None:
-            return 0
+            return {}
         logs = read_partition_logs(log_table)
-        deleted = 0
+        finished: dict[str, dict[int, int]] = {}
         for d in targets:
-            deleted += self._apply(d, log_table.table_uri, logs)
-        return deleted
+            upto = self._apply(d, log_table.table_uri, logs)
+            if upto:
+                finished[d.name] = upto
+        return finished
 
-    def _apply(self, d: DownstreamTable, log_uri: str, logs: Mapping[int, PartitionLog]) -> int:
+    def _apply(self, d: DownstreamTable, log_uri: str,
+               logs: Mapping[int, PartitionLog]) -> dict[int, int]:
         table = DeltaTable(d.path)
         ranges: dict[int, tuple[int, int]] = {}
         for partition, plog in logs.items():
@@ -121,7 +125,7 @@ class DownstreamEraser:
             if plog.committed_offset is not None and plog.committed_offset > lo:
                 ranges[partition] = (lo, plog.committed_offset)
         if not ranges:
-            return 0
+            return {}
         keys: list[bytes] = []
         for partition, (lo, hi) in ranges.items():
             for seg in logs[partition].segments:
@@ -138,8 +142,10 @@ class DownstreamEraser:
         mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
         for partition, (_, hi) in ranges.items():
             self._scanned[(d.name, partition)] = hi
-        if not mapped:
-            return 0
+        if not keys:
+            return {}
+        if not mapped:  # tombstones whose keys map to nothing: finished, nothing to delete
+            return {p: hi for p, (_, hi) in ranges.items()}
         key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
         source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
         txns = [Transaction(ERASE_APP_ID.format(topic=d.topic, partition=p), hi)
@@ -154,7 +160,7 @@ class DownstreamEraser:
         count = int(metrics.get("num_target_rows_deleted", 0))
         log.info("downstream %s: %d tombstones applied, %d rows deleted", d.name, len(mapped),
                  count)
-        return count
+        return {p: hi for p, (_, hi) in ranges.items()}
 
 
 def _plain(t: pa.DataType) -> pa.DataType:

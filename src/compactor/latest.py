@@ -21,7 +21,7 @@ The MERGE predicate names columns only; no key bytes ever reach the Delta log.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,6 +57,8 @@ class LatestStats:
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    tombstones: int = 0
+    merged_upto: dict[int, int] = field(default_factory=dict)  # partition -> last offset
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -139,6 +141,8 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),
         deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        tombstones=records.column("value").null_count,
+        merged_upto={p: hi for p, (_, hi) in ranges.items()},
     )
     log.info("table %s: merged %d keys (%d inserted, %d updated, %d deleted)", topic,
              stats.keys, stats.inserted, stats.updated, stats.deleted)

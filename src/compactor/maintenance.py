@@ -40,6 +40,7 @@ from compactor.layout import (
     open_table,
     topic_paths,
 )
+from compactor.ledger import ErasureLedger
 from compactor.retention import expired_segments
 from compactor.segments import read_partition_logs
 from compactor.vacuum import Vacuum, ensure_grace
@@ -106,6 +107,7 @@ class LogMaintenance:
         self._vacuum = Vacuum()
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
+        self._ledger = ErasureLedger(config)
 
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
@@ -255,6 +257,9 @@ class LogMaintenance:
                 return False
         if result.removed:
             self.note_removed(result.topic, now_ms)
+        if result.stats.tombstones_stamped or result.stats.records_dropped:
+            self._ledger.record_done(result.topic, "log",
+                                     {result.partition: result.checkpoint - 1})
         s = result.stats
         log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
                  "%d tombstones gone, %d files (%d bytes) written in %.2fs", *key,

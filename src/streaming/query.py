@@ -24,6 +24,7 @@ from compactor.erasure import DownstreamEraser
 from compactor.exceptions import CompactorError
 from compactor.latest import catch_up
 from compactor.layout import open_table, topic_paths
+from compactor.ledger import ErasureLedger
 from compactor.segments import read_partition_logs
 from compactor.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges, write_range
 from streaming import exceptions as streaming_errors
@@ -92,6 +93,7 @@ class Mirror:
         self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
         self.eraser = DownstreamEraser(config)
+        self.ledger = ErasureLedger(config)
         self.in_batch = False
         self.failure: BaseException | None = None
 
@@ -127,6 +129,11 @@ class Mirror:
             for topic in sorted(stats):
                 merged = catch_up(self.config, topic)
                 erased = self.eraser.catch_up(topic)
+                self.ledger.record_tombstones(topic)
+                if merged.tombstones:
+                    self.ledger.record_done(topic, "table", merged.merged_upto)
+                for name, upto in erased.items():
+                    self.ledger.record_done(topic, f"downstream:{name}", upto)
                 if merged.updated or merged.deleted or erased:
                     for hook in self.table_hooks:
                         hook(topic)

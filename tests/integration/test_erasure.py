@@ -89,6 +89,16 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
     kept_downstream = [marker(k, 0) for k in keys if k % 4]
     assert all(any("/marts/" in p for p in found[m]) for m in kept_downstream)
 
+    from deltalake import DeltaTable
+
+    from compactor.ledger import ErasureLedger
+
+    ledger = ErasureLedger(service.config)
+    events = DeltaTable(f"{config.lake_path}/{topic}/erasures").to_pyarrow_table().to_pylist()
+    assert len([e for e in events if e["event"] == "tombstone"]) == len(erase)
+    backlog = ledger.backlog(topic)
+    assert (backlog.pending, backlog.missed_deadlines) == (0, 0), events
+
     conf = write_config(tmp_path / "c.properties", **{
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
         "lake.path": config.lake_path})

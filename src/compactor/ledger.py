@@ -1,0 +1,175 @@
+"""The erasure ledger ``L/T/erasures``: every tombstone, its deadline, and when each target
+finished erasing it. Append-only; what is pending is derived, never stored.
+
+Rows are events:
+
+- ``tombstone``: partition, offset, the tombstone's timestamp, its deadline (timestamp +
+  ``max.compaction.lag.ms``, null without one) and ``keyDigest``, the first 16 bytes of
+  SHA-256(salt + key). The key itself is never written; the salt is the log table's Delta id,
+  so an operator holding a key can find its rows, and nobody can read keys off the ledger.
+- ``done``: a target (``table``, ``log``, ``downstream:<name>``) has finished every tombstone
+  of a partition up to an offset, at ``atMs``. ``log`` means the cleaner's commit dropped the
+  superseded values from the log; vacuum deletes their files within ``vacuum.grace.ms``.
+
+Commit protocol of :meth:`ErasureLedger.record_tombstones`: read the ledger's app
+transactions ``compactor-ledger-<partition>`` (the last log offset scanned, S) and the log's
+committed offsets (L); append the tombstones with S < offset <= L and move S to L in the same
+commit. Done events are appended by the step that finished the work, after its own commit; a
+crash in between loses a done event, never an erasure (the work itself is recorded by that
+target's own app transaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import Transaction, write_deltalake
+from deltalake.transaction import CommitProperties
+
+from compactor.config import CompactorConfig
+from compactor.layout import ensure_table, join, local_path, open_table, topic_paths
+from compactor.segments import read_partition_logs
+
+LEDGER_APP_ID = "compactor-ledger-{partition}"
+LEDGER_SCHEMA = pa.schema([
+    ("event", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("keyDigest", pa.binary()), ("tombstoneTimeMs", pa.int64()), ("deadlineMs", pa.int64()),
+    ("target", pa.string()), ("atMs", pa.int64()),
+])
+LEDGER_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",
+    "delta.enableChangeDataFeed": "false",
+}
+
+
+def key_digest(salt: bytes, key: bytes) -> bytes:
+    return hashlib.sha256(salt + key).digest()[:16]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Erasures not finished by every target."""
+
+    pending: int
+    oldest_pending_age_ms: int | None
+    missed_deadlines: int  # pending past their deadline, or finished after it
+
+
+def _rows(event: str, n: int, **columns: object) -> pa.Table:
+    data = {name: columns.get(name, [None] * n) for name in LEDGER_SCHEMA.names}
+    data["event"] = [event] * n
+    return pa.table(data, schema=LEDGER_SCHEMA)
+
+
+class ErasureLedger:
+    """Appends to and reads ``L/T/erasures`` for the configured topics."""
+
+    def __init__(self, config: CompactorConfig) -> None:
+        self._config = config
+        self._scanned: dict[tuple[str, int], int] = {}
+
+    def _path(self, topic: str) -> str:
+        return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
+
+    def record_tombstones(self, topic: str) -> int:
+        """Append the tombstones the log committed since the last scan; returns how many."""
+        log_table = open_table(topic_paths(self._config.lake_path, topic).log)
+        if log_table is None:
+            return 0
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES)
+        salt = str(log_table.metadata().id).encode()
+        tc = self._config.topic(topic)
+        now = int(time.time() * 1000)
+        found: list[tuple[int, int, bytes, int]] = []
+        moved: dict[int, int] = {}
+        for partition, plog in read_partition_logs(log_table).items():
+            done = ledger.transaction_version(LEDGER_APP_ID.format(partition=partition))
+            lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
+            hi = plog.committed_offset
+            if hi is None or hi <= lo:
+                continue
+            moved[partition] = hi
+            for seg in plog.segments:
+                for f in seg.files:
+                    if f.last_offset <= lo or f.first_offset > hi:
+                        continue
+                    rows = pq.read_table(local_path(join(log_table.table_uri, f.path)),
+                                         columns=["key", "value", "offset", "timestamp"])
+                    offsets = rows.column("offset")
+                    rows = rows.filter(pc.and_(
+                        pc.and_(pc.greater(offsets, lo), pc.less_equal(offsets, hi)),
+                        pc.and_(pc.is_null(rows.column("value")),
+                                pc.is_valid(rows.column("key")))))
+                    stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
+                    for key, offset, ts in zip(rows.column("key").to_pylist(),
+                                               rows.column("offset").to_pylist(),
+                                               stamps.to_pylist(), strict=True):
+                        found.append((partition, offset, key_digest(salt, key), ts))
+        for partition, hi in moved.items():
+            self._scanned[(topic, partition)] = hi
+        if not found:
+            return 0
+        deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
+        table = _rows(
+            "tombstone", len(found),
+            partition=[p for p, _, _, _ in found], offset=[o for _, o, _, _ in found],
+            keyDigest=[d for _, _, d, _ in found], tombstoneTimeMs=[t for _, _, _, t in found],
+            deadlineMs=[t + deadline if deadline is not None else None
+                        for _, _, _, t in found],
+            atMs=[now] * len(found),
+        )
+        txns = [Transaction(LEDGER_APP_ID.format(partition=p), hi) for p, hi in moved.items()]
+        write_deltalake(self._path(topic), table, mode="append",
+                        commit_properties=CommitProperties(app_transactions=txns))
+        return len(found)
+
+    def record_done(self, topic: str, target: str, upto: Mapping[int, int]) -> None:
+        """``target`` finished every tombstone of each partition up to the given offset."""
+        if not upto or open_table(self._path(topic)) is None:
+            return
+        now = int(time.time() * 1000)
+        table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
+                      target=[target] * len(upto), atMs=[now] * len(upto))
+        write_deltalake(self._path(topic), table, mode="append")
+
+    def targets(self, topic: str) -> list[str]:
+        return ["log", "table"] + [f"downstream:{d.name}" for d in self._config.downstream
+                                   if d.topic == topic]
+
+    def backlog(self, topic: str, now_ms: int | None = None) -> Backlog:
+        """Tombstones some target has not finished, from the ledger's events alone."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        table = open_table(self._path(topic))
+        if table is None:
+            return Backlog(0, None, 0)
+        events = table.to_pyarrow_table().to_pylist()
+        finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for e in events:
+            if e["event"] == "done":
+                finished.setdefault((e["target"], e["partition"]), []).append(
+                    (e["offset"], e["atMs"]))
+        pending = missed = 0
+        oldest: int | None = None
+        for e in events:
+            if e["event"] != "tombstone":
+                continue
+            ends = []
+            for target in self.targets(topic):
+                done_at = [at for upto, at in finished.get((target, e["partition"]), [])
+                           if upto >= e["offset"]]
+                ends.append(min(done_at) if done_at else None)
+            deadline = e["deadlineMs"]
+            if None in ends:
+                pending += 1
+                age = now - e["tombstoneTimeMs"]
+                oldest = age if oldest is None else max(oldest, age)
+                missed += int(deadline is not None and now > deadline)
+            elif deadline is not None and max(e for e in ends if e is not None) > deadline:
+                missed += 1
+        return Backlog(pending, oldest, missed)
