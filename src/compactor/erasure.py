@@ -26,14 +26,13 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
-from compactor.layout import join, local_path, open_table, topic_paths
-from compactor.segments import PartitionLog, read_partition_logs
+from compactor.layout import open_table, topic_paths
+from compactor.segments import PartitionLog, read_offsets, read_partition_logs
 
 log = logging.getLogger(__name__)
 
@@ -128,17 +127,11 @@ class DownstreamEraser:
             return {}
         keys: list[bytes] = []
         for partition, (lo, hi) in ranges.items():
-            for seg in logs[partition].segments:
-                for f in seg.files:
-                    if f.last_offset <= lo or f.first_offset > hi:
-                        continue
-                    rows = pq.read_table(local_path(join(log_uri, f.path)),
-                                         columns=["key", "value", "offset"])
-                    offsets = rows.column("offset")
-                    mask = pc.and_(pc.and_(pc.greater(offsets, lo), pc.less_equal(offsets, hi)),
-                                   pc.and_(pc.is_null(rows.column("value")),
-                                           pc.is_valid(rows.column("key"))))
-                    keys += rows.filter(mask).column("key").to_pylist()
+            rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"])
+            if rows.num_rows:
+                tombstones = pc.and_(pc.is_null(rows.column("value")),
+                                     pc.is_valid(rows.column("key")))
+                keys += rows.filter(tombstones).column("key").to_pylist()
         mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
         for partition, (_, hi) in ranges.items():
             self._scanned[(d.name, partition)] = hi

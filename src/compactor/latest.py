@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties
 
@@ -36,12 +35,10 @@ from compactor.layout import (
     TABLE_APP_ID,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
-    join,
-    local_path,
     open_table,
     topic_paths,
 )
-from compactor.segments import read_partition_logs
+from compactor.segments import read_offsets, read_partition_logs
 
 log = logging.getLogger(__name__)
 
@@ -84,23 +81,6 @@ def latest_per_key(records: pa.Table) -> pa.Table:
     return records.filter(pa.concat_arrays([last, pa.array([True])]))
 
 
-def _pending_records(log_path: str, files: list[tuple[str, int]],
-                     ranges: dict[int, tuple[int, int]]) -> pa.Table:
-    """Step 2: records of each lagging partition in (M, L], in Spark's Kafka schema."""
-    columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
-    parts: list[pa.Table] = []
-    for path, partition in files:
-        lo, hi = ranges[partition]
-        table = pq.read_table(local_path(join(log_path, path)), columns=columns)
-        offsets = table.column("offset")
-        table = table.filter(pc.and_(pc.greater(offsets, lo), pc.less_equal(offsets, hi)))
-        if table.num_rows:
-            table = table.add_column(3, "partition", pa.array([partition] * table.num_rows,
-                                                              pa.int32()))
-            parts.append(table.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
-    return pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
-
-
 def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
     paths = topic_paths(config.lake_path, topic)
@@ -109,18 +89,20 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
         return LatestStats()
     table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST)
     ranges: dict[int, tuple[int, int]] = {}
-    files: list[tuple[str, int]] = []
+    parts: list[pa.Table] = []
+    columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
     for partition, plog in read_partition_logs(log_table).items():
         merged = table.transaction_version(TABLE_APP_ID.format(partition=partition))
         lo = merged if merged is not None else -1
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
         ranges[partition] = (lo, plog.committed_offset)
-        files += [(f.path, partition) for s in plog.segments for f in s.files
-                  if f.last_offset > lo]
+        rows = read_offsets(log_table.table_uri, plog, lo, plog.committed_offset, columns)
+        if rows.num_rows:
+            parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:
         return LatestStats()
-    records = _pending_records(log_table.table_uri, files, ranges)
+    records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
     source = latest_per_key(records)
     txns = [Transaction(TABLE_APP_ID.format(partition=p), hi) for p, (_, hi) in ranges.items()]
     try:

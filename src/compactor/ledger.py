@@ -28,13 +28,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import Transaction, write_deltalake
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
-from compactor.layout import ensure_table, join, local_path, open_table, topic_paths
-from compactor.segments import read_partition_logs
+from compactor.layout import ensure_table, open_table, topic_paths
+from compactor.segments import read_offsets, read_partition_logs
 
 LEDGER_APP_ID = "compactor-ledger-{partition}"
 LEDGER_SCHEMA = pa.schema([
@@ -95,22 +94,17 @@ class ErasureLedger:
             if hi is None or hi <= lo:
                 continue
             moved[partition] = hi
-            for seg in plog.segments:
-                for f in seg.files:
-                    if f.last_offset <= lo or f.first_offset > hi:
-                        continue
-                    rows = pq.read_table(local_path(join(log_table.table_uri, f.path)),
-                                         columns=["key", "value", "offset", "timestamp"])
-                    offsets = rows.column("offset")
-                    rows = rows.filter(pc.and_(
-                        pc.and_(pc.greater(offsets, lo), pc.less_equal(offsets, hi)),
-                        pc.and_(pc.is_null(rows.column("value")),
-                                pc.is_valid(rows.column("key")))))
-                    stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
-                    for key, offset, ts in zip(rows.column("key").to_pylist(),
-                                               rows.column("offset").to_pylist(),
-                                               stamps.to_pylist(), strict=True):
-                        found.append((partition, offset, key_digest(salt, key), ts))
+            rows = read_offsets(log_table.table_uri, plog, lo, hi,
+                                ["key", "value", "offset", "timestamp"])
+            if not rows.num_rows:
+                continue
+            rows = rows.filter(pc.and_(pc.is_null(rows.column("value")),
+                                       pc.is_valid(rows.column("key"))))
+            stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
+            for key, offset, ts in zip(rows.column("key").to_pylist(),
+                                       rows.column("offset").to_pylist(),
+                                       stamps.to_pylist(), strict=True):
+                found.append((partition, offset, key_digest(salt, key), ts))
         for partition, hi in moved.items():
             self._scanned[(topic, partition)] = hi
         if not found:

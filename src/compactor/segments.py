@@ -257,3 +257,33 @@ def read_partition_logs(
         )
         for partition in sorted(wanted)
     }
+
+
+def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
+                 columns: list[str]) -> pa.Table:
+    """The log records of one partition with ``after < offset <= upto``, from its files.
+
+    ``columns`` must include ``offset``; a ``partition`` column is added (files do not
+    hold it, it is a partition value).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from compactor.layout import join, local_path
+
+    parts = []
+    for seg in plog.segments:
+        for f in seg.files:
+            if f.last_offset <= after or f.first_offset > upto:
+                continue
+            table = pq.read_table(local_path(join(log_uri, f.path)), columns=columns)
+            offsets = table.column("offset")
+            table = table.filter(pc.and_(pc.greater(offsets, after),
+                                         pc.less_equal(offsets, upto)))
+            if table.num_rows:
+                parts.append(table.append_column(
+                    "partition", pa.array([plog.partition] * table.num_rows, pa.int32())))
+    if not parts:
+        return pa.schema([*(pa.field(c, pa.null()) for c in columns),
+                          pa.field("partition", pa.int32())]).empty_table()
+    return pa.concat_tables(parts)

@@ -47,16 +47,16 @@ def test_tombstones_delete_matching_rows_exactly_once(tmp_path: Path) -> None:
     append(config, "users", 1, [(0, b'{"id":"u4"}', None, T0), (1, b"not json", None, T0)],
            now_ms=T0)
     eraser = DownstreamEraser(config)
-    assert eraser.catch_up("users") == 2
+    assert eraser.catch_up("users") == {"marts": {0: 2, 1: 1}}  # finished up to these offsets
     assert rows(tmp_path / "marts") == ["u2", "u3"]
     table = DeltaTable(str(tmp_path / "marts"))
     assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=0)) == 2
     assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=1)) == 1
     version = table.version()
-    assert DownstreamEraser(config).catch_up("users") == 0  # a restart re-applies nothing
+    assert DownstreamEraser(config).catch_up("users") == {}  # a restart re-applies nothing
     assert DeltaTable(str(tmp_path / "marts")).version() == version
     append(config, "users", 0, [(3, b'{"id":"u2"}', None, T0)], now_ms=T0)
-    assert eraser.catch_up("users") == 1
+    assert eraser.catch_up("users") == {"marts": {0: 3}}
     assert rows(tmp_path / "marts") == ["u3"]
     for f in (tmp_path / "marts" / "_delta_log").iterdir():
         text = f.read_bytes()  # a literal predicate would read t.user_id = 'u1'
