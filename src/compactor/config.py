@@ -127,6 +127,8 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "max.offsets.per.trigger": (_int, _at_least(1), 0),
     "starting.offsets": (str.strip, _any, "earliest"),
     "fail.on.data.loss": (_bool, _any, True),
+    # 0: MERGE the latest-value table after every micro-batch; N: at most every N ms.
+    "table.merge.interval.ms": (_int, _at_least(0), 0),
 }
 _BROKER_ONLY = {k for aliases in _BROKER_ALIASES.values() for k, _ in aliases}
 KNOWN_KEYS = frozenset(
@@ -288,6 +290,7 @@ class CompactorConfig:
     max_offsets_per_trigger: int = 0
     starting_offsets: str = "earliest"
     fail_on_data_loss: bool = True
+    table_merge_interval_ms: int = 0
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
@@ -437,6 +440,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         max_offsets_per_trigger=pipeline["max.offsets.per.trigger"],
         starting_offsets=pipeline["starting.offsets"],
         fail_on_data_loss=pipeline["fail.on.data.loss"],
+        table_merge_interval_ms=pipeline["table.merge.interval.ms"],
         kafka=MappingProxyType(kafka),
         spark=MappingProxyType(spark),
         cleaner=CleanerConfig(**cleaner),
@@ -532,4 +536,12 @@ def with_topic_configs(
 ) -> CompactorConfig:
     """Return the config with every topic resolved against its broker overrides."""
     resolved = {t: resolve_topic(config, t, broker.get(t, {})) for t in config.topics}
+    for tc in resolved.values():
+        if tc.erasure_deadline and config.table_merge_interval_ms > tc.cleaning_lag_ms:
+            raise ConfigError(
+                "table.merge.interval.ms", config.table_merge_interval_ms,
+                f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "
+                f"must be at most {tc.cleaning_lag_ms} ms (max.compaction.lag.ms - vacuum grace"
+                " - pass allowance)", "lower it, or use 0 to merge after every micro-batch",
+            )
     return replace(config, topic_configs=MappingProxyType(resolved))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +101,8 @@ class LogMaintenance:
     """Cleaning, retention and vacuum for every configured topic."""
 
     def __init__(self, spark: Any | None, config: CompactorConfig,
-                 commit_lock: threading.Lock | None = None) -> None:
+                 commit_lock: threading.Lock | None = None,
+                 nothing_in_flight: Callable[[], bool] | None = None) -> None:
         self._spark = spark
         self._config = config
         self._lock = commit_lock or threading.Lock()
@@ -108,6 +110,9 @@ class LogMaintenance:
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
         self._ledger = ErasureLedger(config)
+        # True when no commit of this process is being prepared (set by the service); only
+        # then may orphans younger than an hour be deleted.
+        self._nothing_in_flight = nothing_in_flight
 
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
@@ -270,7 +275,8 @@ class LogMaintenance:
     def _vacuum_topic(self, topic: str) -> int:
         """Vacuum the topic's log and latest-value table; returns the files deleted."""
         paths = topic_paths(self._config.lake_path, topic)
-        grace = self._config.topic(topic).vacuum_grace_ms
+        tc = self._config.topic(topic)
+        grace = tc.vacuum_grace_ms
         deleted = 0
         ours = [paths.log, paths.table]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
@@ -285,8 +291,10 @@ class LogMaintenance:
                         ensure_grace(table, grace)
                     except Exception as exc:
                         log.warning("%s: cannot record the vacuum grace: %s", path, exc)
+                sweep = (path in ours and tc.erasure_deadline
+                         and self._nothing_in_flight is not None and self._nothing_in_flight())
                 try:
-                    deleted += len(self._vacuum.run(path, grace))
+                    deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep))
                 except LakeError as exc:
                     log.warning("%s", exc)
         return deleted

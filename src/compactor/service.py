@@ -82,7 +82,8 @@ class Service:
         mirror.listeners.append(lambda _id, _stats: self._batch_done.set())
         if on_batch is not None:
             mirror.listeners.append(on_batch)
-        cleaner = (LogMaintenance(spark, self.config, self.commit_lock)
+        cleaner = (LogMaintenance(spark, self.config, self.commit_lock,
+                                  nothing_in_flight=lambda: not mirror.in_batch)
                    if self.config.cleaner.enable else None)
         summary = RunSummary(ingest=mirror.totals)
         if cleaner is not None:
@@ -103,6 +104,7 @@ class Service:
             return wake
 
         query = mirror.start(once=once)
+        mirror.merge_tables(force=True)  # repairs a table a crash left behind its log
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
         backoff_s = self.config.cleaner.backoff_ms / 1000
@@ -116,11 +118,14 @@ class Service:
                     self._batch_done.clear()
                     next_clean = clean(until_idle=False)
                     continue
+                if self.config.table_merge_interval_ms and not mirror.in_batch:
+                    mirror.merge_tables()
                 time.sleep(0.2)
             failure: Any = query.exception()
             if failure is not None:
                 raise mirror.error(failure)
             if once and not self._stop.is_set():
+                mirror.merge_tables(force=True)
                 clean(until_idle=True)
         except CompactorError:
             raise

@@ -5,7 +5,8 @@ Files removed by cleaning and retention stay on disk for readers of older snapsh
 any Delta tool vacuuming the table honours the same grace. Files no commit ever referenced
 (a pass or batch that died before committing) are deleted once they are
 ``ORPHAN_AGE_HOURS`` (or the grace, if longer) old: younger ones may belong to a commit still
-being prepared.
+being prepared. A running service, which knows when none of its commits is being prepared,
+also deletes orphans of erasure-deadline topics once they pass the grace.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ class Vacuum:
     def __init__(self) -> None:
         self._last_full: dict[str, float] = {}
 
-    def run(self, path: str, grace_ms: int, dry_run: bool = False) -> list[str]:
-        """Delete removed files past the grace (and old orphans); returns their paths."""
+    def run(self, path: str, grace_ms: int, dry_run: bool = False,
+            orphans_past_grace: bool = False) -> list[str]:
+        """Delete removed files past the grace (and old orphans); returns their paths.
+
+        ``orphans_past_grace``: also delete orphans older than the grace now. Only safe when
+        the caller knows that no commit of any writer to this table is being prepared (its
+        files would look like orphans); the service knows it for itself between micro-batches.
+        """
         orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
         try:
             table = DeltaTable(path)
@@ -55,6 +62,9 @@ class Vacuum:
             if candidates and not dry_run:
                 table.vacuum(dry_run=False, enforce_retention_duration=True)
             now = time.monotonic()
+            if orphans_past_grace and not dry_run:
+                # full=True with the table's own retention (the grace, in seconds).
+                deleted += table.vacuum(dry_run=False, full=True, enforce_retention_duration=True)
             last_full = self._last_full.get(path)
             if not dry_run and (last_full is None or now - last_full >= 3600):
                 deleted += table.vacuum(

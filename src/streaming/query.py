@@ -94,6 +94,7 @@ class Mirror:
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
         self.eraser = DownstreamEraser(config)
         self.ledger = ErasureLedger(config)
+        self._last_merge = time.monotonic()
         self.in_batch = False
         self.failure: BaseException | None = None
 
@@ -127,16 +128,14 @@ class Mirror:
         with self.commit_lock:
             stats = commit_ranges(self.config, results)
             for topic in sorted(stats):
-                merged = catch_up(self.config, topic)
                 erased = self.eraser.catch_up(topic)
                 self.ledger.record_tombstones(topic)
-                if merged.tombstones:
-                    self.ledger.record_done(topic, "table", merged.merged_upto)
                 for name, upto in erased.items():
                     self.ledger.record_done(topic, f"downstream:{name}", upto)
-                if merged.updated or merged.deleted or erased:
+                if erased:
                     for hook in self.table_hooks:
                         hook(topic)
+        self.merge_tables(force=self.config.table_merge_interval_ms == 0)
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs", batch_id, records,
@@ -145,6 +144,25 @@ class Mirror:
         self.totals.add(stats, took)
         for listener in self.listeners:
             listener(batch_id, stats)
+
+    def merge_tables(self, force: bool = False) -> None:
+        """Bring every latest-value table up to its log, at most every table.merge.interval.ms.
+
+        Called after each micro-batch and by the service loop, so that a cadence also catches
+        up when no new batch arrives.
+        """
+        interval = self.config.table_merge_interval_ms / 1000
+        if not force and time.monotonic() - self._last_merge < interval:
+            return
+        with self.commit_lock:
+            for topic in self.config.topics:
+                merged = catch_up(self.config, topic)
+                if merged.tombstones:
+                    self.ledger.record_done(topic, "table", merged.merged_upto)
+                if merged.updated or merged.deleted:
+                    for hook in self.table_hooks:
+                        hook(topic)
+        self._last_merge = time.monotonic()
 
     def error(self, exc: BaseException) -> CompactorError:
         """The product error behind a failed query, unwrapped from Spark's and Py4J's."""

@@ -134,3 +134,20 @@ def test_throttler_holds_io_to_the_configured_rate(rate: float) -> None:
     for _ in range(4):
         throttle.add(250)
     assert time.monotonic() - started >= 1000 / rate * 0.95
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_a_deadline_topic_sweeps_orphans_past_the_grace_only_when_nothing_is_in_flight(
+        tmp_path: Path, in_flight: bool) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000, vacuum_grace_ms=1000)
+    append(config, "t", 0, [(i, b"k", b"v" * 10, T0) for i in range(4)], now_ms=T0)
+    root = Path(topic_paths(config.lake_path, "t").log)
+    orphan = root / "partition=0" / "segment=0" / "left-by-a-killed-pass.parquet"
+    orphan.write_bytes(b"superseded values")
+    ten_seconds_ago = time.time() - 10
+    os.utime(orphan, (ten_seconds_ago, ten_seconds_ago))
+    maintenance = LogMaintenance(None, config, nothing_in_flight=lambda: not in_flight)
+    maintenance._vacuum._last_full[str(root)] = time.monotonic()  # the hourly sweep just ran
+    maintenance.run_pass(now_ms=T0 + 1)
+    assert orphan.exists() == in_flight

@@ -47,7 +47,9 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
         "email": [marker(k, 0) for k in keys]}), configuration={
         "delta.dataSkippingStatsColumns": "email",
         "delta.deletedFileRetentionDuration": "interval 1 seconds"})
+    # The table merges on a 2 s cadence here (not after every batch): the deadline holds too.
     config = lake_config(topic, trigger_interval_ms="500", log_cleaner_backoff_ms="1000", **{
+        "table.merge.interval.ms": "2000",
         "downstream.profiles.path": str(marts), "downstream.profiles.topic": topic,
         "downstream.profiles.key.column": "user_id"})
     service = Service(config)

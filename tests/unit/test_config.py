@@ -143,3 +143,15 @@ def test_broker_overrides_skip_kafka_defaults_but_keep_real_settings() -> None:
         "flush.ms": ("1", False),  # not a key the mirror uses
     })
     assert chosen == {"cleanup.policy": "compact", "retention.ms": "604800000"}
+
+
+def test_a_table_merge_cadence_past_the_erasure_deadline_is_refused() -> None:
+    cfg = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
+                    "table.merge.interval.ms": "12000"})
+    with pytest.raises(ConfigError, match="table.merge.interval.ms=12000: would leave "
+                       "tombstones of orders unmerged past its erasure deadline: it must be at "
+                       "most 11000 ms"):
+        with_topic_configs(cfg, {})
+    ok = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
+                   "table.merge.interval.ms": "11000"})
+    assert with_topic_configs(ok, {}).table_merge_interval_ms == 11000
