@@ -155,6 +155,35 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from compactor.config import load_config, with_topic_configs
+    from compactor.status import collect_status, status_json, status_table
+
+    config = load_config(args.config, _overrides(args))
+    try:
+        from compactor.admin import resolve_config
+
+        config = resolve_config(config)
+    except CompactorError as exc:
+        # The lake alone still answers; topic configs fall back to the file and Kafka's defaults.
+        log.warning("broker unreachable, using the file's topic configs: %s", exc)
+        config = with_topic_configs(config, {})
+    while True:
+        now = int(time.time() * 1000)
+        topics, broker_error = collect_status(config, now)
+        if args.json:
+            print(json.dumps(status_json(topics, broker_error, now), sort_keys=True), flush=True)
+        else:
+            if args.watch:
+                print("\033[2J\033[H", end="")  # clear the terminal, as watch(1) does
+            print(status_table(topics, broker_error, now), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from compactor.demo import run_demo
 
@@ -213,6 +242,18 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true",
                        help="show what would be cleaned; change nothing")
     clean.set_defaults(func=_cmd_clean)
+
+    status = sub.add_parser(
+        "status", help="lag, segments, dirty ratio, deadlines and erasure backlog per partition",
+        description="Show, for every mirrored partition, the broker's end offset and the "
+        "mirror's lag, the log's segments, what is dirty and whether cleaning is overdue, the "
+        "next forced cleaning, and per topic the erasure backlog. Reads the Delta logs, so it "
+        "works beside a running 'compactor run'. --json prints the documented JSON form.",
+    )
+    _common(status)
+    status.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until Ctrl-C")
+    status.set_defaults(func=_cmd_status)
 
     audit = sub.add_parser(
         "audit-erasure", help="find superseded values of a key still on disk",

@@ -129,6 +129,8 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "fail.on.data.loss": (_bool, _any, True),
     # 0: MERGE the latest-value table after every micro-batch; N: at most every N ms.
     "table.merge.interval.ms": (_int, _at_least(0), 0),
+    # Prometheus metrics of 'compactor run' on this port (0 = off).
+    "metrics.port": (_int, _between(0, 65535), 0),
 }
 _BROKER_ONLY = {k for aliases in _BROKER_ALIASES.values() for k, _ in aliases}
 KNOWN_KEYS = frozenset(
@@ -291,6 +293,7 @@ class CompactorConfig:
     starting_offsets: str = "earliest"
     fail_on_data_loss: bool = True
     table_merge_interval_ms: int = 0
+    metrics_port: int = 0
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
@@ -441,6 +444,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         starting_offsets=pipeline["starting.offsets"],
         fail_on_data_loss=pipeline["fail.on.data.loss"],
         table_merge_interval_ms=pipeline["table.merge.interval.ms"],
+        metrics_port=pipeline["metrics.port"],
         kafka=MappingProxyType(kafka),
         spark=MappingProxyType(spark),
         cleaner=CleanerConfig(**cleaner),

@@ -86,6 +86,13 @@ class Service:
                                   nothing_in_flight=lambda: not mirror.in_batch)
                    if self.config.cleaner.enable else None)
         summary = RunSummary(ingest=mirror.totals)
+        metrics = None
+        if self.config.metrics_port:
+            from compactor.metrics import Metrics
+
+            metrics = Metrics(self.config, self.config.metrics_port)
+            mirror.listeners.append(metrics.on_batch)
+            log.info("metrics on http://0.0.0.0:%d/metrics", self.config.metrics_port)
         if cleaner is not None:
             mirror.table_hooks.append(cleaner.note_removed)
 
@@ -95,6 +102,8 @@ class Service:
                 return float("inf")
             for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
                 summary.cleaning.add(report)
+                if metrics is not None:
+                    metrics.on_pass(report, cleaner.uncleanable)
                 if on_pass is not None:
                     on_pass(report)
             wake = time.monotonic() + backoff_s

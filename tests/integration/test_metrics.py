@@ -1,0 +1,63 @@
+"""The Prometheus endpoint of a running ``compactor run``, scraped over HTTP."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from compactor.workload import Record, produce
+from tests.conftest import wait_until
+from tests.integration.test_cli import write_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_metrics_are_served_while_the_mirror_runs(broker, topic_factory, tmp_path) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "600000"})
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"a", b"1", 0), Record(b"a", None, 0), Record(b"b", b"2", 0)])
+    port = free_port()
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "metrics.port": str(port),
+        "trigger.interval.ms": "500", "log.cleaner.backoff.ms": "500",
+        "spark.master": "local[2]", "spark.ui.enabled": "false"})
+    proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        ingested = f'compactor_records_ingested_total{{topic="{topic}"}} 3.0'
+        backlog = f'compactor_erasure_backlog{{topic="{topic}"}} 1.0'
+
+        def ready() -> str:
+            text = scrape(port)
+            return text if ingested in text and backlog in text else ""
+
+        text = wait_until(ready, 120, "the ingest counter and the erasure backlog")
+        assert f'compactor_consumer_lag{{partition="0",topic="{topic}"}} 0.0' in text
+        # (The tombstone waits for the log cleaner, its segment being active: one pending.)
+        for name in ("max_compaction_delay_secs", "max_dirty_percent", "cleaner_recopy_percent",
+                     "max_clean_time_secs", "max_buffer_utilization_percent",
+                     "uncleanable_partitions_count", "uncleanable_bytes"):
+            assert f"compactor_{name} " in text, name
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]

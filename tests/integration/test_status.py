@@ -1,0 +1,53 @@
+"""``compactor status`` against a known log: the broker, a mirrored lake, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compactor.workload import Record, produce
+from tests.integration.helpers import run_once
+from tests.integration.test_cli import write_config
+
+
+@pytest.mark.usefixtures("spark")
+def test_status_json_describes_a_known_log(broker, topic_factory, lake_config, tmp_path) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact", "segment.bytes": "100",
+                              "max.compaction.lag.ms": "3600000"})
+    records = [Record(b"k%d" % (i % 4), b"v" * 30, 0) for i in range(10)]
+    records += [Record(b"only", b"x", 1), Record(b"only", None, 1)]
+    config = lake_config(topic, log_cleaner_enable="false")
+    produce(broker.bootstrap_servers, topic, records[:8])
+    run_once(config)
+    produce(broker.bootstrap_servers, topic, records[8:])  # two not mirrored yet on p0
+
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path})
+    result = subprocess.run([sys.executable, "-m", "compactor.cli", "status", "--config",
+                             str(conf), "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = json.loads(result.stdout)
+    assert status["broker_error"] is None
+    [t] = status["topics"]
+    assert t["topic"] == topic and t["cleanup_policy"] == "compact"
+    assert t["max_compaction_lag_ms"] == 3600000
+    p0, p1 = t["partitions"]
+    # p0: 8 records mirrored (32 record bytes each: 3 per 100-byte segment), 2 more waiting.
+    assert (p0["broker_end_offset"], p0["mirrored_offset"], p0["lag"]) == (10, 8, 2)
+    assert (p0["log_start_offset"], p0["log_end_offset"], p0["segments"]) == (0, 8, 3)
+    assert p0["active_segment"] == 6 and p0["first_dirty_offset"] == 0
+    assert p0["first_uncleanable_offset"] == 6
+    assert (p0["clean_bytes"], p0["dirty_bytes"], p0["dirty_ratio"]) == (0, 2 * 3 * 32, 1.0)
+    assert p0["overdue"] is False and p0["next_forced_cleaning_ms"] is not None
+    # p1 was empty when the lake was written: only the broker knows it.
+    assert (p1["broker_end_offset"], p1["mirrored_offset"], p1["segments"]) == (2, 0, 0)
+    assert t["erasure"] == {"pending": 0, "oldest_pending_age_ms": None, "missed_deadlines": 0}
+
+    table = subprocess.run([sys.executable, "-m", "compactor.cli", "status", "--config",
+                            str(conf)], capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and f"{topic} (cleanup.policy=compact" in table.stdout
+    assert "erasures pending 0" in table.stdout
