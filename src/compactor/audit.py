@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from compactor.config import LONG_MAX, CompactorConfig
+from compactor.config import LONG_MAX, CompactorConfig, DownstreamTable
 from compactor.exceptions import LakeError
 from compactor.layout import is_local, local_path, topic_paths
 
@@ -147,4 +147,42 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
         if key in data:
             result.traces.append(Trace(str(path.relative_to(root)), _table_of(path, root),
                                        None, None, "key bytes in a non-data file", None))
+    erased = [(ts, p) for p, (_, ts, tomb) in result.latest.items() if tomb]
+    if erased and all(tomb for _, _, tomb in result.latest.values()):
+        deadline = max(ts for ts, _ in erased) + lag if lag is not None else None
+        for d in config.downstream:
+            if d.topic == topic:
+                result.traces += _downstream_traces(d, key, deadline, result)
     return result
+
+
+def _downstream_traces(d: DownstreamTable, key: bytes, deadline: int | None,
+                       result: AuditResult) -> list[Trace]:
+    """Rows of an erased key left in a downstream table (any file, referenced or not)."""
+    mapped = d.key_value(key)
+    if mapped is None or not is_local(d.path):
+        return []
+    root = Path(local_path(d.path))
+    needle = mapped if isinstance(mapped, bytes) else str(mapped).encode()
+    traces = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            result.files_searched += 1
+            label = f"downstream:{d.name}/{path.relative_to(root)}"
+            if name.endswith(".parquet"):
+                try:
+                    table = _plain(pq.read_table(path))
+                except Exception:
+                    continue
+                if d.key_column not in table.column_names:
+                    continue
+                column = table.column(d.key_column)
+                hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()
+                if hits:
+                    traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                        f"{hits} row(s) of an erased key", deadline))
+            elif needle in path.read_bytes():
+                traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                    "key bytes in a non-data file", None))
+    return traces

@@ -77,6 +77,12 @@ def check_downstream(config: CompactorConfig) -> None:
                 f"set delta.deletedFileRetentionDuration to at most "
                 f"'interval {max(1, tc.vacuum_grace_ms // 1000)} seconds' on that table",
             )
+        if props.get("delta.enableChangeDataFeed", "false").lower() == "true":
+            raise ConfigError(
+                key, d.path, "has its change data feed on, so deleted rows would stay in its "
+                "change-data files past the erasure deadline",
+                "set delta.enableChangeDataFeed=false on that table",
+            )
         stats = props.get("delta.dataSkippingStatsColumns")
         indexed = int(props.get("delta.dataSkippingNumIndexedCols", "32"))
         in_stats = (d.key_column in [c.strip() for c in stats.split(",")] if stats is not None

@@ -68,6 +68,8 @@ def test_tombstones_delete_matching_rows_exactly_once(tmp_path: Path) -> None:
      "collects statistics on its key column 'user_id'"),
     ({"delta.dataSkippingStatsColumns": "plan"}, {},
      "keeps removed files for 604800000 ms"),
+    ({**SAFE, "delta.enableChangeDataFeed": "true"}, {},
+     "has its change data feed on"),
 ])
 def test_downstream_tables_that_cannot_meet_the_deadline_are_refused(
         tmp_path: Path, properties: dict[str, str], extra: dict[str, str], rule: str) -> None:
@@ -95,3 +97,30 @@ def test_downstream_config_is_validated() -> None:
     with pytest.raises(ConfigError, match="must be bytes, string or json:<field>"):
         build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "users",
                       "downstream.m.key.column": "k", "downstream.m.key.format": "xml"})
+
+
+def test_audit_finds_an_erased_key_in_a_downstream_table_until_it_is_vacuumed(
+        tmp_path: Path) -> None:
+    import time
+
+    from compactor.audit import audit_key
+
+    make_downstream(tmp_path / "marts")
+    config = config_for(tmp_path, **{"max.compaction.lag.ms": "60000"})
+    now = int(time.time() * 1000)
+    append(config, "users", 0, [(0, b'{"id":"u1"}', b"v", now - 10),
+                                (1, b'{"id":"u1"}', None, now)], now_ms=now)
+
+    def downstream_traces() -> list[str]:
+        return [t.table for t in audit_key(config, "users", b'{"id":"u1"}').traces
+                if t.table.startswith("downstream")]
+
+    before = audit_key(config, "users", b'{"id":"u1"}')
+    assert [t.deadline_ms for t in before.traces if t.table == "downstream:marts"] == \
+        [now + 60_000]
+    DownstreamEraser(config).catch_up("users")
+    # Deleted from the snapshot, but the old file is still on disk: still a trace.
+    assert downstream_traces() == ["downstream:marts"]
+    time.sleep(1.1)  # the table's file retention (1 s) must pass before vacuum may delete it
+    DeltaTable(str(tmp_path / "marts")).vacuum(dry_run=False)
+    assert downstream_traces() == []

@@ -44,15 +44,15 @@ def test_metrics_are_served_while_the_mirror_runs(broker, topic_factory, tmp_pat
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         ingested = f'compactor_records_ingested_total{{topic="{topic}"}} 3.0'
+        # The tombstone waits for the log cleaner (its segment is active): one pending.
         backlog = f'compactor_erasure_backlog{{topic="{topic}"}} 1.0'
+        caught_up = f'compactor_consumer_lag{{partition="0",topic="{topic}"}} 0.0'
 
-        def ready() -> str:
+        def ready() -> str:  # lag is refreshed from the broker every few seconds
             text = scrape(port)
-            return text if ingested in text and backlog in text else ""
+            return text if all(s in text for s in (ingested, backlog, caught_up)) else ""
 
-        text = wait_until(ready, 120, "the ingest counter and the erasure backlog")
-        assert f'compactor_consumer_lag{{partition="0",topic="{topic}"}} 0.0' in text
-        # (The tombstone waits for the log cleaner, its segment being active: one pending.)
+        text = wait_until(ready, 120, "the ingest counter, erasure backlog and a lag of 0")
         for name in ("max_compaction_delay_secs", "max_dirty_percent", "cleaner_recopy_percent",
                      "max_clean_time_secs", "max_buffer_utilization_percent",
                      "uncleanable_partitions_count", "uncleanable_bytes"):
