@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -304,5 +305,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The console script: run a verb, then leave without native teardown.
+
+    All output is flushed and every commit is durable by now. Interpreter finalization can
+    then abort in native code ("terminate called without an active exception": deltalake
+    1.6.6 and pyarrow 26 after librdkafka retried an unreachable broker), which would turn
+    a result a script must trust into exit code 134. Spark's gateway JVM exits by itself when
+    its driver process ends.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -122,6 +122,13 @@ def open_table(path: str) -> DeltaTable | None:
         raise LakeError(f"cannot read Delta table {path}: {exc}") from exc
 
 
+def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
+    """A table's current rows. Through a pyarrow dataset: with deltalake 1.6.6 and pyarrow 26,
+    ``DeltaTable.to_pyarrow_table()`` makes the process abort at exit ("terminate called
+    without an active exception"), which would turn exit codes into 134."""
+    return table.to_pyarrow_dataset().to_table(columns=columns)
+
+
 def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
                  properties: dict[str, str] | None = None) -> DeltaTable:
     """Open the table, creating it (empty, with the product's properties) when absent."""

@@ -32,7 +32,7 @@ from deltalake import Transaction, write_deltalake
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
-from compactor.layout import ensure_table, open_table, topic_paths
+from compactor.layout import ensure_table, open_table, read_table, topic_paths
 from compactor.segments import read_offsets, read_partition_logs
 
 LEDGER_APP_ID = "compactor-ledger-{partition}"
@@ -142,7 +142,7 @@ class ErasureLedger:
         table = open_table(self._path(topic))
         if table is None:
             return Backlog(0, None, 0)
-        events = table.to_pyarrow_table().to_pylist()
+        events = read_table(table).to_pylist()
         finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for e in events:
             if e["event"] == "done":

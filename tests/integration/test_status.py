@@ -47,6 +47,18 @@ def test_status_json_describes_a_known_log(broker, topic_factory, lake_config, t
     assert (p1["broker_end_offset"], p1["mirrored_offset"], p1["segments"]) == (2, 0, 0)
     assert t["erasure"] == {"pending": 0, "oldest_pending_age_ms": None, "missed_deadlines": 0}
 
+    # With the broker out of reach the lake still answers, and the exit code stays 0.
+    down = write_config(tmp_path / "down.properties", **{
+        "bootstrap.servers": "127.0.0.1:9", "topics": topic, "lake.path": config.lake_path,
+        "cleanup.policy": "compact", "segment.bytes": "100"})
+    offline = subprocess.run([sys.executable, "-m", "compactor.cli", "status", "--config",
+                              str(down), "--json"], capture_output=True, text=True, timeout=120)
+    assert offline.returncode == 0, offline.stderr[-2000:]
+    lake_only = json.loads(offline.stdout)
+    assert "cannot reach Kafka" in lake_only["broker_error"]
+    [p0_offline] = lake_only["topics"][0]["partitions"]
+    assert (p0_offline["broker_end_offset"], p0_offline["mirrored_offset"]) == (None, 8)
+
     table = subprocess.run([sys.executable, "-m", "compactor.cli", "status", "--config",
                             str(conf)], capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and f"{topic} (cleanup.policy=compact" in table.stdout
