@@ -44,6 +44,14 @@ class Vacuum:
     def __init__(self) -> None:
         self._last_full: dict[str, float] = {}
 
+    @staticmethod
+    def _existing(table: DeltaTable, path: str, full: bool) -> list[str]:
+        """What vacuum would delete; delta-rs lists files again after deleting them, so only
+        those still on disk count."""
+        listed = table.vacuum(dry_run=True, full=full, enforce_retention_duration=True)
+        return [f for f in listed
+                if not is_local(path) or os.path.exists(join(local_path(path), f))]
+
     def run(self, path: str, grace_ms: int, dry_run: bool = False,
             orphans_past_grace: bool = False) -> list[str]:
         """Delete removed files past the grace (and old orphans); returns their paths.
@@ -55,16 +63,16 @@ class Vacuum:
         orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
         try:
             table = DeltaTable(path)
-            # delta-rs lists removed files again after deleting them; count what still exists.
-            candidates = [f for f in table.vacuum(dry_run=True, enforce_retention_duration=True)
-                          if not is_local(path) or os.path.exists(join(local_path(path), f))]
-            deleted = candidates
-            if candidates and not dry_run:
+            deleted = self._existing(table, path, full=False)
+            if deleted and not dry_run:
                 table.vacuum(dry_run=False, enforce_retention_duration=True)
             now = time.monotonic()
             if orphans_past_grace and not dry_run:
                 # full=True with the table's own retention (the grace, in seconds).
-                deleted += table.vacuum(dry_run=False, full=True, enforce_retention_duration=True)
+                orphans = self._existing(table, path, full=True)
+                if orphans:
+                    table.vacuum(dry_run=False, full=True, enforce_retention_duration=True)
+                    deleted += [f for f in orphans if f not in deleted]
             last_full = self._last_full.get(path)
             if not dry_run and (last_full is None or now - last_full >= 3600):
                 deleted += table.vacuum(

@@ -92,6 +92,7 @@ def test_vacuum_waits_for_the_grace_and_removes_old_orphans(tmp_path: Path) -> N
 
     maintenance = LogMaintenance(None, config)
     report = maintenance.run_pass(now_ms=T0 + 1)
+    reported = report.vacuumed
     removed = before - {Path(u.removeprefix("file://")) for u in
                         DeltaTable(str(root)).file_uris()}
     assert removed and all(p.exists() for p in removed)  # readers of old snapshots still work
@@ -101,9 +102,10 @@ def test_vacuum_waits_for_the_grace_and_removes_old_orphans(tmp_path: Path) -> N
     deadline = time.time() + 30
     while any(p.exists() for p in removed) and time.time() < deadline:
         time.sleep(0.5)
-        report = maintenance.run_pass(now_ms=T0 + 1)
+        reported += maintenance.run_pass(now_ms=T0 + 1).vacuumed
     assert not any(p.exists() for p in removed), "removed files outlived the grace period"
-    assert report.vacuumed >= 0
+    reported += maintenance.run_pass(now_ms=T0 + 1).vacuumed  # nothing left: counts nothing
+    assert reported == len(removed) + 1  # every removed file and the old orphan, once each
 
 
 def test_a_failing_partition_is_marked_uncleanable_and_the_others_go_on(tmp_path: Path) -> None:
@@ -139,8 +141,9 @@ def test_throttler_holds_io_to_the_configured_rate(rate: float) -> None:
 @pytest.mark.parametrize("in_flight", [False, True])
 def test_a_deadline_topic_sweeps_orphans_past_the_grace_only_when_nothing_is_in_flight(
         tmp_path: Path, in_flight: bool) -> None:
-    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
-                            max_compaction_lag_ms=60_000, vacuum_grace_ms=1000)
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01, max_compaction_lag_ms=60_000,
+                            vacuum_grace_ms=1000)
     append(config, "t", 0, [(i, b"k", b"v" * 10, T0) for i in range(4)], now_ms=T0)
     root = Path(topic_paths(config.lake_path, "t").log)
     orphan = root / "partition=0" / "segment=0" / "left-by-a-killed-pass.parquet"
@@ -149,5 +152,9 @@ def test_a_deadline_topic_sweeps_orphans_past_the_grace_only_when_nothing_is_in_
     os.utime(orphan, (ten_seconds_ago, ten_seconds_ago))
     maintenance = LogMaintenance(None, config, nothing_in_flight=lambda: not in_flight)
     maintenance._vacuum._last_full[str(root)] = time.monotonic()  # the hourly sweep just ran
-    maintenance.run_pass(now_ms=T0 + 1)
+    first = maintenance.run_pass(now_ms=T0 + 1)  # cleans: removes files, within their grace
     assert orphan.exists() == in_flight
+    assert first.vacuumed == (0 if in_flight else 1)
+    time.sleep(1.1)  # the removed files pass the grace
+    assert maintenance.run_pass(now_ms=T0 + 1).vacuumed == len(first.cleaned[0].result.removed)
+    assert maintenance.run_pass(now_ms=T0 + 1).vacuumed == 0  # nothing is counted twice
