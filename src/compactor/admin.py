@@ -13,9 +13,17 @@ from compactor.exceptions import BrokerUnavailableError, ConfigError
 _TIMEOUT_S = 15.0
 
 
-def _admin(client_config: Mapping[str, str]) -> AdminClient:
-    from streaming.offsets import _CONSUMER_ONLY
+# Keys librdkafka accepts for consumers but an AdminClient refuses or warns about.
+_CONSUMER_ONLY = {
+    "isolation.level", "group.id", "auto.offset.reset", "enable.auto.commit",
+    "enable.partition.eof", "fetch.min.bytes", "fetch.wait.max.ms", "fetch.max.bytes",
+    "max.partition.fetch.bytes", "queued.max.messages.kbytes", "queued.min.messages",
+    "enable.auto.offset.store", "session.timeout.ms", "max.poll.interval.ms",
+}
 
+
+def admin_client(client_config: Mapping[str, str]) -> AdminClient:
+    """An AdminClient from the mirror's client settings (consumer-only keys left out)."""
     return AdminClient({k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY})
 
 
@@ -23,7 +31,7 @@ def describe_topics(
     client_config: Mapping[str, str], topics: tuple[str, ...]
 ) -> dict[str, dict[str, str]]:
     """Each topic's own (non-default) configs on the broker; a missing topic is an error."""
-    admin = _admin(client_config)
+    admin = admin_client(client_config)
     servers = client_config.get("bootstrap.servers", "?")
     try:
         meta = admin.list_topics(timeout=_TIMEOUT_S)

@@ -33,7 +33,7 @@ from compactor.segments import PartitionLog, Segment
 def active_segment(plog: PartitionLog, roll_ms: int, now_ms: int) -> Segment | None:
     """The segment still being appended to; None when the last one's deadline has passed."""
     last = plog.active
-    if last is None or now_ms - last.min_timestamp_ms > roll_ms:
+    if last is None or last.rolled_by(roll_ms, now_ms):
         return None
     return last
 

@@ -138,7 +138,7 @@ class LogMaintenance:
             for plog in read_partition_logs(table).values():
                 active = active_segment(plog, tc.roll_ms, now)
                 if active is not None and tc.erasure_deadline:
-                    due.append(active.min_timestamp_ms + tc.roll_ms + 1)
+                    due.append(active.roll_deadline_ms(tc.roll_ms) + 1)
                 rng = cleanable_range(plog, tc, now)
                 if rng.earliest_dirty_ms is not None and tc.erasure_deadline:
                     due.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms + 1)

@@ -77,6 +77,10 @@ class Segment:
         """When this segment counts as rolled even if nothing follows it."""
         return self.min_timestamp_ms + roll_ms
 
+    def rolled_by(self, roll_ms: int, now_ms: int) -> bool:
+        """Past its deadline by the wall clock: closed for the writer and the cleaner alike."""
+        return now_ms > self.roll_deadline_ms(roll_ms)
+
 
 @dataclass(frozen=True)
 class ActiveSegment:
@@ -117,7 +121,7 @@ class PartitionLog:
         (the cleaner may already treat it as closed), so new records never join it.
         """
         active = self.active
-        if active is None or now_ms - active.min_timestamp_ms > roll_ms:
+        if active is None or active.rolled_by(roll_ms, now_ms):
             return None
         return ActiveSegment(active.base_offset, active.min_timestamp_ms, active.record_bytes)
 

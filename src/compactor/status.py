@@ -97,7 +97,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                 if rng.earliest_dirty_ms is not None:
                     times.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms)
                 if active is not None:
-                    times.append(active.min_timestamp_ms + tc.roll_ms)
+                    times.append(active.roll_deadline_ms(tc.roll_ms))
                 forced = min(times) if times else None
             partitions.append(PartitionStatus(
                 topic=topic, partition=partition, broker_end_offset=end,

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
+from compactor.admin import admin_client
 from compactor.exceptions import BrokerUnavailableError
 from streaming.exceptions import KafkaSourceError
 
@@ -92,8 +93,7 @@ class OffsetReader:
     """
 
     def __init__(self, client_config: Mapping[str, str], timeout_s: float = 30.0) -> None:
-        conf = {k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY}
-        self._admin = AdminClient(conf)
+        self._admin = admin_client(client_config)
         self._timeout = timeout_s
         self._isolation = (
             IsolationLevel.READ_UNCOMMITTED
@@ -136,11 +136,3 @@ class OffsetReader:
                 f"cannot list {which} offsets at {self._servers}: {exc.args[0]}"
             ) from exc
 
-
-# Keys librdkafka accepts for consumers but an AdminClient refuses or warns about.
-_CONSUMER_ONLY = {
-    "isolation.level", "group.id", "auto.offset.reset", "enable.auto.commit",
-    "enable.partition.eof", "fetch.min.bytes", "fetch.wait.max.ms", "fetch.max.bytes",
-    "max.partition.fetch.bytes", "queued.max.messages.kbytes", "queued.min.messages",
-    "enable.auto.offset.store", "session.timeout.ms", "max.poll.interval.ms",
-}
