@@ -360,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -373,6 +374,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _stop_spark() -> None:
+    """Stop a Spark session the verb started, so cluster executors end cleanly, not lost."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        try:
+            session.stop()
+        except Exception as exc:  # the result is already printed; only say why
+            log.debug("stopping Spark: %s", exc)
+
+
 def entry() -> None:
     """The console script: run a verb, then leave without native teardown.
 
@@ -383,6 +398,7 @@ def entry() -> None:
     its driver process ends.
     """
     code = main()
+    _stop_spark()
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()

@@ -428,6 +428,13 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     lake = pipeline["lake.path"]
     if not lake:
         raise ConfigError("lake.path", "", "must be a directory path or URI")
+    for key, value in (("lake.path", lake), ("checkpoint.path", pipeline["checkpoint.path"])):
+        if value and "://" in value and not value.startswith("file://"):
+            raise ConfigError(
+                key, value, "must be a local path or a file:// URI in this version",
+                "mount object storage (s3fs, blobfuse, gcsfuse) or a shared file system and "
+                "give its local path; see 'Object storage' in the README",
+            )
     checkpoint = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
     if not pipeline["checkpoint.path"] and "checkpoints" in topics:
         raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",

@@ -60,6 +60,23 @@ class Backlog:
     missed_deadlines: int  # pending past their deadline, or finished after it
 
 
+@dataclass(frozen=True)
+class Erasure:
+    """One tombstone and when every target had finished erasing what it supersedes."""
+
+    partition: int
+    offset: int
+    tombstone_ms: int
+    deadline_ms: int | None
+    done_ms: int | None  # None while some target has not finished
+
+    def late(self, now_ms: int) -> bool:
+        """Past its deadline: finished after it, or still pending after it."""
+        if self.deadline_ms is None:
+            return False
+        return (self.done_ms if self.done_ms is not None else now_ms) > self.deadline_ms
+
+
 def _rows(event: str, n: int, **columns: object) -> pa.Table:
     data = {name: columns.get(name, [None] * n) for name in LEDGER_SCHEMA.names}
     data["event"] = [event] * n
@@ -136,34 +153,41 @@ class ErasureLedger:
         return ["log", "table"] + [f"downstream:{d.name}" for d in self._config.downstream
                                    if d.topic == topic]
 
-    def backlog(self, topic: str, now_ms: int | None = None) -> Backlog:
-        """Tombstones some target has not finished, from the ledger's events alone."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+    def erasures(self, topic: str) -> list[Erasure]:
+        """Every tombstone in the ledger with when its last target finished (None: pending)."""
         table = open_table(self._path(topic))
         if table is None:
-            return Backlog(0, None, 0)
+            return []
         events = read_table(table).to_pylist()
         finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for e in events:
             if e["event"] == "done":
                 finished.setdefault((e["target"], e["partition"]), []).append(
                     (e["offset"], e["atMs"]))
-        pending = missed = 0
-        oldest: int | None = None
+        out = []
+        targets = self.targets(topic)
         for e in events:
             if e["event"] != "tombstone":
                 continue
             ends = []
-            for target in self.targets(topic):
+            for target in targets:
                 done_at = [at for upto, at in finished.get((target, e["partition"]), [])
                            if upto >= e["offset"]]
                 ends.append(min(done_at) if done_at else None)
-            deadline = e["deadlineMs"]
-            if None in ends:
+            done = None if None in ends else max(t for t in ends if t is not None)
+            out.append(Erasure(e["partition"], e["offset"], e["tombstoneTimeMs"],
+                               e["deadlineMs"], done))
+        return out
+
+    def backlog(self, topic: str, now_ms: int | None = None) -> Backlog:
+        """Tombstones some target has not finished, from the ledger's events alone."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        pending = missed = 0
+        oldest: int | None = None
+        for e in self.erasures(topic):
+            if e.done_ms is None:
                 pending += 1
-                age = now - e["tombstoneTimeMs"]
+                age = now - e.tombstone_ms
                 oldest = age if oldest is None else max(oldest, age)
-                missed += int(deadline is not None and now > deadline)
-            elif deadline is not None and max(e for e in ends if e is not None) > deadline:
-                missed += 1
+            missed += int(e.late(now))
         return Backlog(pending, oldest, missed)

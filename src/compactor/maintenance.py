@@ -199,6 +199,12 @@ class LogMaintenance:
             report.outcomes.extend(PartitionOutcome(p.plan.topic, p.plan.partition,
                                                     p.plan.range, None) for p in planned)
         else:
+            log.info("cleaning %d partitions, %.1f MB dirty: %s", len(planned),
+                     sum(p.plan.range.cleanable_bytes for p in planned) / 1e6,
+                     ", ".join(f"{p.plan.topic}-{p.plan.partition} (dirty ratio "
+                               f"{p.plan.range.dirty_ratio:.2f}"
+                               f"{', overdue' if p.plan.range.must_clean else ''})"
+                               for p in planned))
             results = self._execute([p.plan for p in planned])
             for item, result in zip(planned, results, strict=True):
                 committed = self._commit(item, result)

@@ -33,6 +33,8 @@ from compactor.config import CompactorConfig
 from compactor.erasure import check_downstream
 from compactor.exceptions import CompactorError
 from compactor.maintenance import CleaningTotals, LogMaintenance, PassReport
+from compactor.progress import IngestProgress, log_pass_end
+from compactor.status import broker_end_offsets
 from compactor.writer import BatchStats, IngestTotals
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,8 @@ class Service:
             log.info("metrics on http://0.0.0.0:%d/metrics", self.config.metrics_port)
         if cleaner is not None:
             mirror.table_hooks.append(cleaner.note_removed)
+        progress = IngestProgress(lambda: broker_end_offsets(self.config))
+        mirror.listeners.append(progress.on_batch)
 
         def clean(until_idle: bool) -> float:
             """Run passes; returns when (monotonic) the next one is due."""
@@ -102,6 +106,7 @@ class Service:
                 return float("inf")
             for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
                 summary.cleaning.add(report)
+                log_pass_end(report)
                 if metrics is not None:
                     metrics.on_pass(report, cleaner.uncleanable)
                 if on_pass is not None:

@@ -39,6 +39,8 @@ class PartitionStatus:
     max_compaction_delay_ms: int
     overdue: bool  # must be cleaned now (KIP-354)
     next_forced_cleaning_ms: int | None  # when max.compaction.lag.ms forces cleaning next
+    records: int = 0  # records in the log now, tombstones included
+    size_bytes: int = 0  # Parquet bytes of the log's live files
 
 
 @dataclass(frozen=True)
@@ -57,13 +59,17 @@ class TopicStatus:
     erasure: ErasureStatus = ErasureStatus(0, None, 0)
 
 
-def _broker_ends(config: CompactorConfig) -> tuple[dict[tuple[str, int], int], str | None]:
+def broker_end_offsets(config: CompactorConfig) -> dict[tuple[str, int], int]:
+    """The broker's end offset of every partition of the configured topics."""
     from streaming.offsets import OffsetReader
 
+    reader = OffsetReader(config.kafka_client_config(), timeout_s=5.0)
+    return reader.offsets(reader.partitions(list(config.topics), None), "latest")
+
+
+def _broker_ends(config: CompactorConfig) -> tuple[dict[tuple[str, int], int], str | None]:
     try:
-        reader = OffsetReader(config.kafka_client_config(), timeout_s=5.0)
-        tps = reader.partitions(list(config.topics), None)
-        return reader.offsets(tps, "latest"), None
+        return broker_end_offsets(config), None
     except CompactorError as exc:
         return {}, str(exc)
 
@@ -111,6 +117,8 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                 dirty_ratio=round(rng.dirty_ratio, 4), earliest_uncleaned_ms=rng.earliest_dirty_ms,
                 max_compaction_delay_ms=rng.max_compaction_delay_ms, overdue=rng.must_clean,
                 next_forced_cleaning_ms=forced,
+                records=sum(f.records for seg in plog.segments for f in seg.files),
+                size_bytes=sum(f.size_bytes for seg in plog.segments for f in seg.files),
             ))
         backlog = ledger.backlog(topic, now)
         topics.append(TopicStatus(

@@ -138,3 +138,25 @@ def profile_workload(
         records.insert(rng.randrange(len(records)),
                        Record(None, b'{"orphan":%d}' % i, i % partitions, ts))
     return ProfileWorkload(tuple(records), deleted, null_keys)
+
+
+def live_changes(
+    users: int, partitions: int, already_deleted: frozenset[bytes], rng: random.Random,
+    updates: int, erasures: int, timestamp_ms: int,
+) -> list[Record]:
+    """A moment of a live topic: ``updates`` profile changes and ``erasures`` GDPR deletions.
+
+    Erased users are never updated again, so every erasure must end with no value of its key
+    left anywhere; the caller passes the users erased so far.
+    """
+    alive = [uid for uid in rng.sample(range(users), min(users, updates + erasures + 50))
+             if f"user-{uid:06d}".encode() not in already_deleted]
+    out = []
+    for i, uid in enumerate(alive[:updates + erasures]):
+        key = f"user-{uid:06d}".encode()
+        value = None if i >= updates else json.dumps(
+            {"user_id": uid, "name": f"User {uid}", "email": f"user{uid}@example.com",
+             "plan": "pro", "version": f"live-{timestamp_ms}"}, separators=(",", ":")).encode()
+        headers = (("reason", b"gdpr-erasure"),) if value is None else ()
+        out.append(Record(key, value, partition_for(key, partitions), timestamp_ms, headers))
+    return out

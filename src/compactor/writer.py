@@ -234,6 +234,7 @@ class BatchStats:
     rejected: int
     files: int
     partitions: int
+    next_offsets: Mapping[int, int] = field(default_factory=dict)  # partition -> next offset
 
 
 @dataclass
@@ -278,6 +279,7 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult]) -> dict[s
             rejected=sum(f.records for f in rejected),
             files=len(log_files),
             partitions=len(mine),
+            next_offsets={r.partition: r.last_offset + 1 for r in mine},
         )
     return stats
 

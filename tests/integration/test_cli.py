@@ -128,3 +128,23 @@ def _per_partition(chunks: list[list[Record]]) -> dict[int, int]:
         for r in chunk:
             counts[r.partition] = counts.get(r.partition, 0) + 1
     return counts
+
+
+@pytest.mark.slow
+def test_a_spark_cluster_master_and_file_uris(broker, topic_factory, tmp_path) -> None:
+    """Executors in their own JVMs and Python workers (Spark's local-cluster master) write
+    the same lake as a local master would; lake.path and checkpoint.path as file:// URIs."""
+    topic = topic_factory(2, {"cleanup.policy": "compact"})
+    records = [Record(f"k{i % 50}".encode(), f"v{i}".encode(), i % 2) for i in range(600)]
+    produce(broker.bootstrap_servers, topic, records)
+    lake = tmp_path / "lake"
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": lake.as_uri(), "checkpoint.path": (tmp_path / "ck").as_uri(),
+        "spark.master": "local-cluster[2,1,1024]", "spark.ui.enabled": "false"})
+    result = compactor("run", "--config", str(conf), "--once", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["ingest"]["records"] == 600
+    assert sorted(_offsets(lake, topic)) == sorted((p, o) for p in (0, 1) for o in range(300))
+    # The session was stopped before exit: no executor was reported lost.
+    assert "Lost executor" not in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,9 @@ def test_status_json_describes_a_known_log(broker, topic_factory, lake_config, t
     assert p0["first_uncleanable_offset"] == 6
     assert (p0["clean_bytes"], p0["dirty_bytes"], p0["dirty_ratio"]) == (0, 2 * 3 * 32, 1.0)
     assert p0["overdue"] is False and p0["next_forced_cleaning_ms"] is not None
+    log_dir = Path(config.lake_path) / topic / "log" / "partition=0"
+    assert p0["records"] == 8
+    assert p0["size_bytes"] == sum(f.stat().st_size for f in log_dir.rglob("*.parquet"))
     # p1 was empty when the lake was written: only the broker knows it.
     assert (p1["broker_end_offset"], p1["mirrored_offset"], p1["segments"]) == (2, 0, 0)
     assert t["erasure"] == {"pending": 0, "oldest_pending_age_ms": None, "missed_deadlines": 0}

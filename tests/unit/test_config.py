@@ -99,6 +99,8 @@ def test_conflict_found_only_after_broker_values_is_refused() -> None:
     ("fail.on.data.loss", "yes", "true or false"),
     ("log.cleaner.dedupe.buffer.size", "1", ">= 24"),
     ("starting.offsets", "middle", "'earliest' or 'latest'"),
+    ("lake.path", "s3://bucket/lake", "a local path or a file:// URI"),
+    ("checkpoint.path", "abfss://c@a.dfs.core.windows.net/ck", "a local path or a file:// URI"),
 ])
 def test_invalid_values_name_key_value_and_rule(key: str, value: str, rule: str) -> None:
     with pytest.raises(ConfigError) as info:
