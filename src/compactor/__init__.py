@@ -2,6 +2,10 @@
 
 from compactor.config import CompactorConfig, TopicConfig, build_config, load_config
 from compactor.exceptions import CompactorError
+from compactor.snapshot import LatestSnapshot, LogSnapshot, open_latest, open_log
 
-__all__ = ["CompactorConfig", "CompactorError", "TopicConfig", "build_config", "load_config"]
+__all__ = [
+    "CompactorConfig", "CompactorError", "LatestSnapshot", "LogSnapshot", "TopicConfig",
+    "build_config", "load_config", "open_latest", "open_log",
+]
 __version__ = "0.1.0"

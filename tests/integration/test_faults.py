@@ -1,0 +1,207 @@
+"""Fault injection: ``compactor run`` killed with SIGKILL again and again while producers write.
+
+A producer keeps writing updates and tombstones; ``compactor run`` (a real process, real
+Spark, real Delta) is killed at random moments, half of them while files of an ingest or a
+cleaning pass are on disk but not yet committed. After every kill the lake is checked against
+what was produced (the reference model: the topic itself), and at the end a clean run must
+leave every erasure done by its deadline. The suite prints what it injected and checked.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from compactor.config import build_config
+from compactor.ledger import ErasureLedger
+from compactor.segments import read_partition_logs
+from compactor.workload import Record, partition_for, produce
+from tests.conftest import wait_until
+
+PARTITIONS = 2
+KEYS = 150
+M = 90_000  # max.compaction.lag.ms: room for kills and Spark's restarts inside the deadline
+
+
+@dataclass
+class Report:
+    kills: int = 0
+    mid_commit: int = 0  # kills while uncommitted data files were on disk
+    restarts: int = 0
+    checks: int = 0
+    records_checked: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+class Producer(threading.Thread):
+    """Updates and tombstones of a small key space, remembered per partition in offset order."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.sent: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.rng = random.Random(42)
+
+    def run(self) -> None:
+        seq = 0
+        try:
+            while not self.stop.is_set():
+                batch = []
+                for _ in range(40):
+                    key = b"user-%d" % self.rng.randrange(KEYS)
+                    tomb = self.rng.random() < 0.08
+                    value = None if tomb else b"value-%d" % seq
+                    seq += 1
+                    batch.append(Record(key, value, partition_for(key, PARTITIONS),
+                                        int(time.time() * 1000)))
+                produce(self.bootstrap, self.topic, batch)
+                with self.lock:
+                    for r in batch:
+                        self.sent[r.partition].append(r)
+                time.sleep(0.2)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+def in_flight(log_dir: Path) -> bool:
+    """Data files newer than the last Delta commit: a write that has not committed yet."""
+    commits = list((log_dir / "_delta_log").glob("*.json"))
+    if not commits:
+        return False
+    last = max(c.stat().st_mtime for c in commits)
+    return any(f.stat().st_mtime > last for f in log_dir.glob("partition=*/**/*.parquet"))
+
+
+def check(log_uri: str, producer: Producer, report: Report) -> None:
+    """The lake's log against what was produced, up to the offsets the lake committed."""
+    table = DeltaTable(log_uri)
+    logs = read_partition_logs(table)
+    rows = table.to_pyarrow_dataset().to_table(columns=["partition", "offset", "key", "value"])
+    # The broker may hold (and the lake mirror) a batch whose produce() has not returned yet.
+    wait_until(lambda: all(len(producer.sent[p]) > (plog.committed_offset or -1)
+                           for p, plog in logs.items()), 30, "the producer's bookkeeping")
+    with producer.lock:
+        sent = {p: list(rs) for p, rs in producer.sent.items()}
+    report.checks += 1
+    for p, plog in logs.items():
+        mine = rows.filter(pc.equal(rows.column("partition"), p))
+        offsets = mine.column("offset").to_pylist()
+        keys, values = mine.column("key").to_pylist(), mine.column("value").to_pylist()
+        committed = plog.committed_offset if plog.committed_offset is not None else -1
+        assert len(offsets) == len(set(offsets)), f"partition {p}: an offset is duplicated"
+        produced = sent[p][:committed + 1]
+        lake_latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for o, k, v in zip(offsets, keys, values, strict=True):
+            r = produced[o]
+            assert (k, v) == (r.key, r.value), f"partition {p} offset {o} differs"
+            if k not in lake_latest or o > lake_latest[k][0]:
+                lake_latest[k] = (o, v)
+        truth: dict[bytes, tuple[int, bytes | None]] = {}
+        for o, r in enumerate(produced):
+            assert r.key is not None
+            truth[r.key] = (o, r.value)
+        report.records_checked += len(produced)
+        for key, (o, v) in truth.items():
+            got = lake_latest.get(key)
+            if v is None:  # a tombstone: it, or nothing once its horizon passed
+                if got is not None and got != (o, None):
+                    report.lost.append(f"p{p} {key!r}: tombstone {o} but lake has {got}")
+            elif got != (o, v):
+                report.lost.append(f"p{p} {key!r}: latest {o} but lake has {got}")
+        clean_below = plog.cleaner_offset or 0
+        cleaned = [k for o, k in zip(offsets, keys, strict=True) if o < clean_below]
+        assert len(cleaned) == len(set(cleaned)), f"partition {p}: cleaned part repeats a key"
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
+        broker, topic_factory, tmp_path) -> None:
+    topic = topic_factory(PARTITIONS, {
+        "cleanup.policy": "compact", "segment.bytes": "4000", "min.cleanable.dirty.ratio": "0.2",
+        "delete.retention.ms": "3000", "max.compaction.lag.ms": str(M)})
+    lake = tmp_path / "lake"
+    conf = tmp_path / "c.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(lake), "checkpoint.path": str(tmp_path / "ck"),
+        "trigger.interval.ms": "300", "log.cleaner.backoff.ms": "500",
+        "spark.master": "local[2]", "spark.ui.enabled": "false"}.items()))
+    log_dir = lake / topic / "log"
+    rng = random.Random(int(os.environ.get("FAULT_SEED", "7")))
+    report = Report()
+    producer = Producer(broker.bootstrap_servers, topic)
+    producer.start()
+    kills = int(os.environ.get("FAULT_KILLS", "6"))
+    try:
+        for _ in range(kills):
+            before = (DeltaTable(str(log_dir)).version()
+                      if (log_dir / "_delta_log").exists() else -1)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "compactor.cli", "run", "--config", str(conf)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            report.restarts += 1
+            try:
+                wait_until(lambda b=before: (log_dir / "_delta_log").exists()
+                           and DeltaTable(str(log_dir)).version() > b, 120,
+                           "a commit of the restarted run")
+                if rng.random() < 0.5:  # aim at the middle of a commit protocol
+                    wait_until(lambda pr=proc: in_flight(log_dir) or pr.poll() is not None, 60,
+                               "an uncommitted write")
+                else:
+                    time.sleep(rng.uniform(0.0, 4.0))
+                report.mid_commit += in_flight(log_dir)
+            finally:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                report.kills += 1
+            check(str(log_dir), producer, report)
+    finally:
+        producer.stop.set()
+        producer.join(60)
+    assert producer.error is None, producer.error
+    last_tombstone_ms = max(r.timestamp_ms or 0 for rs in producer.sent.values() for r in rs
+                            if r.value is None)
+
+    # A clean run after the last kill: catch up, then keep running until every erasure is done.
+    proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    report.restarts += 1
+    config = build_config({"bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+                           "lake.path": str(lake)})
+    ledger = ErasureLedger(config)
+    try:
+        wait_until(lambda: (DeltaTable(str(log_dir)).version() >= 0
+                            and {p: (pl.committed_offset or -1) + 1 for p, pl in
+                                 read_partition_logs(DeltaTable(str(log_dir))).items()}
+                            == {p: len(rs) for p, rs in producer.sent.items()}),
+                   180, "the mirror to catch up after the last kill")
+        wait_until(lambda: ledger.backlog(topic).pending == 0,
+                   (last_tombstone_ms + M) / 1000 - time.time() + 30, "every erasure")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    check(str(log_dir), producer, report)
+    backlog = ledger.backlog(topic)
+    tombstones = sum(1 for rs in producer.sent.values() for r in rs if r.value is None)
+    print(f"\nfault injection: {report.kills} SIGKILLs ({report.mid_commit} with uncommitted "
+          f"files on disk), {report.restarts} restarts, {report.checks} checks of "
+          f"{report.records_checked:,} produced records, {len(report.lost)} lost or "
+          f"resurrected, {tombstones} erasures, {backlog.missed_deadlines} past the deadline")
+    assert not report.lost, report.lost[:5]
+    assert backlog.missed_deadlines == 0 and backlog.pending == 0
