@@ -25,6 +25,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -140,30 +141,84 @@ class ErasureLedger:
                         commit_properties=CommitProperties(app_transactions=txns))
         return len(found)
 
-    def record_done(self, topic: str, target: str, upto: Mapping[int, int]) -> None:
+    def record_done(self, topic: str, target: str, upto: Mapping[int, int],
+                    now_ms: int | None = None) -> None:
         """``target`` finished every tombstone of each partition up to the given offset."""
         if not upto or open_table(self._path(topic)) is None:
             return
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
         table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
                       target=[target] * len(upto), atMs=[now] * len(upto))
         write_deltalake(self._path(topic), table, mode="append")
+
+    def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
+        """Write the done events a crash lost, from each target's own committed progress.
+
+        A kill between a target's commit and its done event leaves the erasure looking
+        pending although the work is committed: the log's cleaner checkpoint
+        (``compactor-cleaner-<p>``), the table's ``compactor-table-<p>`` and each downstream
+        table's ``compactor-erase-<topic>-<p>`` say how far each really is. Called when the
+        service starts; the events carry the time of the repair, so the ledger may overstate
+        a latency, never understate it. Returns what it recorded.
+        """
+        from compactor.erasure import ERASE_APP_ID
+        from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
+
+        pending = [e for e in self.erasures(topic) if e.done_ms is None]
+        if not pending:
+            return {}
+        paths = topic_paths(self._config.lake_path, topic)
+        sources: dict[str, tuple[str, str, int]] = {  # target -> (table, app id, offset shift)
+            "log": (paths.log, CLEANER_APP_ID, -1),  # the checkpoint is the first dirty offset
+            "table": (paths.table, TABLE_APP_ID, 0),
+        }
+        for d in self._config.downstream:
+            if d.topic == topic:
+                sources[f"downstream:{d.name}"] = (
+                    d.path, ERASE_APP_ID.replace("{topic}", topic), 0)
+        finished = self._finished(topic)
+        recorded: dict[str, dict[int, int]] = {}
+        for target, (path, app_id, shift) in sources.items():
+            table = open_table(path)
+            if table is None:
+                continue
+            upto: dict[int, int] = {}
+            for partition in sorted({e.partition for e in pending}):
+                version = table.transaction_version(app_id.format(partition=partition))
+                if version is None:
+                    continue
+                done = version + shift
+                known = max((o for o, _ in finished.get((target, partition), [])), default=-1)
+                if done > known and any(e.partition == partition and known < e.offset <= done
+                                        for e in pending):
+                    upto[partition] = done
+            if upto:
+                self.record_done(topic, target, upto, now_ms)
+                recorded[target] = upto
+        return recorded
 
     def targets(self, topic: str) -> list[str]:
         return ["log", "table"] + [f"downstream:{d.name}" for d in self._config.downstream
                                    if d.topic == topic]
 
-    def erasures(self, topic: str) -> list[Erasure]:
-        """Every tombstone in the ledger with when its last target finished (None: pending)."""
+    def _events(self, topic: str) -> list[dict[str, Any]]:
         table = open_table(self._path(topic))
-        if table is None:
-            return []
-        events = read_table(table).to_pylist()
+        return read_table(table).to_pylist() if table is not None else []
+
+    def _finished(self, topic: str, events: list[dict[str, Any]] | None = None,
+                  ) -> dict[tuple[str, int], list[tuple[int, int]]]:
+        """(target, partition) -> [(done up to offset, at ms)]."""
         finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for e in events:
+        for e in events if events is not None else self._events(topic):
             if e["event"] == "done":
                 finished.setdefault((e["target"], e["partition"]), []).append(
                     (e["offset"], e["atMs"]))
+        return finished
+
+    def erasures(self, topic: str) -> list[Erasure]:
+        """Every tombstone in the ledger with when its last target finished (None: pending)."""
+        events = self._events(topic)
+        finished = self._finished(topic, events)
         out = []
         targets = self.targets(topic)
         for e in events:

@@ -119,6 +119,10 @@ class Service:
 
         query = mirror.start(once=once)
         mirror.merge_tables(force=True)  # repairs a table a crash left behind its log
+        for topic in self.config.topics:  # and done events a crash lost
+            for target, upto in mirror.ledger.reconcile(topic).items():
+                log.info("erasure ledger of %s: %s had finished up to %s before a crash",
+                         topic, target, upto)
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
         backoff_s = self.config.cleaner.backoff_ms / 1000

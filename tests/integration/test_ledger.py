@@ -50,3 +50,33 @@ def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
     assert late.pending == 1 and late.missed_deadlines == 1  # offset 1 is overdue
     ledger.record_done("t", "log", {0: 1})
     assert ledger.backlog("t", now_ms=now + 70_000) == type(late)(0, None, 0)
+
+
+def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
+    from deltalake import Transaction
+    from deltalake.transaction import CommitProperties
+
+    from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
+    from compactor.latest import catch_up
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    append(config, "t", 0, [(0, b"a", b"v", now), (1, b"a", None, now + 1),
+                            (2, b"b", None, now + 2), (3, b"c", b"v", now + 3)], now_ms=now)
+    ledger = ErasureLedger(config)
+    ledger.record_tombstones("t")
+    catch_up(config, "t")  # the table's MERGE committed; its done event was "lost"
+    paths = topic_paths(config.lake_path, "t")
+    assert DeltaTable(paths.table).transaction_version(TABLE_APP_ID.format(partition=0)) == 3
+    # A cleaner commit that moved the checkpoint to 2 (offsets 0..1 cleaned), done event lost.
+    DeltaTable(paths.log).create_write_transaction(
+        [], "append", DeltaTable(paths.log).schema(),
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(CLEANER_APP_ID.format(partition=0), 2)]))
+    assert ledger.backlog("t").pending == 2
+
+    assert ledger.reconcile("t", now_ms=now + 500) == {"log": {0: 1}, "table": {0: 3}}
+    backlog = ledger.backlog("t", now_ms=now + 1000)
+    assert backlog.pending == 1  # offset 2 is not below the cleaner checkpoint yet
+    assert ledger.reconcile("t") == {}  # nothing twice
