@@ -29,6 +29,7 @@ from typing import Any
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties, RemoveAction
 
+from compactor import fencing
 from compactor.cleanable import CleanableRange, active_segment, cleanable_range, cleaning_order
 from compactor.cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.config import CompactorConfig
@@ -113,6 +114,8 @@ class LogMaintenance:
         # True when no commit of this process is being prepared (set by the service); only
         # then may orphans younger than an hour be deleted.
         self._nothing_in_flight = nothing_in_flight
+        # This run's writer generation per topic (compactor.fencing); empty: no fencing.
+        self.generations: dict[str, int] = {}
 
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
@@ -254,6 +257,7 @@ class LogMaintenance:
         actions += [add_action(f, now_ms) for f in result.added]
         with self._lock:
             table = DeltaTable(item.plan.log_path)
+            fencing.check(table, self.generations.get(result.topic))
             if table.transaction_version(app_id) != item.checkpoint:
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
                 return False

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from compactor import fencing
 from compactor.admin import resolve_config
 from compactor.config import CompactorConfig
 from compactor.erasure import check_downstream
 from compactor.exceptions import CompactorError
+from compactor.layout import topic_paths
 from compactor.maintenance import CleaningTotals, LogMaintenance, PassReport
 from compactor.progress import IngestProgress, log_pass_end
 from compactor.status import broker_end_offsets
@@ -87,6 +89,12 @@ class Service:
         cleaner = (LogMaintenance(spark, self.config, self.commit_lock,
                                   nothing_in_flight=lambda: not mirror.in_batch)
                    if self.config.cleaner.enable else None)
+        generations = {t: fencing.claim(topic_paths(self.config.lake_path, t).log)
+                       for t in self.config.topics}
+        mirror.generations.update(generations)
+        if cleaner is not None:
+            cleaner.generations.update(generations)
+        log.info("writer generation %s", ", ".join(f"{t}={g}" for t, g in generations.items()))
         summary = RunSummary(ingest=mirror.totals)
         metrics = None
         if self.config.metrics_port:

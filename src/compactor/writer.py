@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties
 
+from compactor import fencing
 from compactor.config import CompactorConfig
 from compactor.datafiles import WrittenFile, add_action, write_data_file
 from compactor.exceptions import LakeError
@@ -258,13 +259,19 @@ class IngestTotals:
             self.per_topic[topic] = self.per_topic.get(topic, 0) + s.records
 
 
-def commit_ranges(config: CompactorConfig, results: list[RangeResult]) -> dict[str, BatchStats]:
-    """Driver side, step 3: rejected files first, then one log commit per topic."""
+def commit_ranges(config: CompactorConfig, results: list[RangeResult],
+                  generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
+    """Driver side, step 3: rejected files first, then one log commit per topic.
+
+    ``generations`` are this run's writer generations (:mod:`compactor.fencing`); a topic
+    another run claimed since raises FencedError before anything of it is committed.
+    """
     now_ms = int(time.time() * 1000)
     stats: dict[str, BatchStats] = {}
     for topic in sorted({r.topic for r in results}):
         mine = [r for r in results if r.topic == topic]
         paths = topic_paths(config.lake_path, topic)
+        fencing.check(DeltaTable(paths.log), (generations or {}).get(topic))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine

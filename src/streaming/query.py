@@ -97,6 +97,7 @@ class Mirror:
         self._last_merge = time.monotonic()
         self.in_batch = False
         self.failure: BaseException | None = None
+        self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -126,7 +127,7 @@ class Mirror:
             .collect()
         )
         with self.commit_lock:
-            stats = commit_ranges(self.config, results)
+            stats = commit_ranges(self.config, results, self.generations)
             for topic in sorted(stats):
                 erased = self.eraser.catch_up(topic)
                 self.ledger.record_tombstones(topic)

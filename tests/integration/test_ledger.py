@@ -56,8 +56,8 @@ def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     from deltalake import Transaction
     from deltalake.transaction import CommitProperties
 
-    from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
     from compactor.latest import catch_up
+    from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
