@@ -6,6 +6,7 @@ Tansu keeps data in memory only: a restarted broker is an empty broker.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -100,6 +101,17 @@ class EmbeddedBroker:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections stay open and nothing answers, as with a
+        broker in a long GC pause or behind a network partition."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo :meth:`pause` (SIGCONT); the broker answers again with all its data."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -53,3 +56,30 @@ def find_markers(root: str, markers: list[bytes]) -> dict[bytes, list[str]]:
                 if any(marker in blob for blob in blobs):
                     found[marker].append(path)
     return found
+
+
+@contextmanager
+def running(service: Any) -> Iterator[list[BaseException]]:
+    """``service.run()`` in a thread for the block; yields the list its failure lands in."""
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # the caller asserts on the list
+            failures.append(exc)
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    try:
+        yield failures
+    finally:
+        service.request_stop()
+        worker.join(120)
+
+
+def lake_offsets(log_path: str) -> list[tuple[int, int]]:
+    """Every (partition, offset) of a log table, as stored."""
+    t = DeltaTable(log_path).to_pyarrow_dataset().to_table(columns=["partition", "offset"])
+    return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                    strict=True))

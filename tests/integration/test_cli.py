@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from compactor.workload import Record, produce
 from tests.conftest import wait_until
+from tests.integration.helpers import lake_offsets
 
 
 def compactor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -64,9 +65,7 @@ def test_unreachable_broker_exits_3(tmp_path) -> None:
 
 
 def _offsets(lake: Path, topic: str) -> list[tuple[int, int]]:
-    table = DeltaTable(str(lake / topic / "log")).to_pyarrow_table(columns=["partition", "offset"])
-    return list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
-                    strict=True))
+    return lake_offsets(str(lake / topic / "log"))
 
 
 @pytest.mark.slow
@@ -148,3 +147,18 @@ def test_a_spark_cluster_master_and_file_uris(broker, topic_factory, tmp_path) -
     assert sorted(_offsets(lake, topic)) == sorted((p, o) for p in (0, 1) for o in range(300))
     # The session was stopped before exit: no executor was reported lost.
     assert "Lost executor" not in result.stderr
+
+
+def test_secrets_stay_out_of_output(tmp_path) -> None:
+    secret = "s3cr3t-Pa55w0rd"
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": "127.0.0.1:9", "topics": "t", "lake.path": str(tmp_path / "l"),
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.username": "mirror", "kafka.sasl.password": secret,
+        "kafka.ssl.key.password": secret})
+    # No broker there: run fails (3), status answers from the lake (describe-config redacts:
+    # test_describe_config.py).
+    for verb, code in ((["run", "--once"], 3), (["status"], 0)):
+        result = compactor("--log-level", "DEBUG", *verb, "--config", str(conf))
+        assert result.returncode == code, (verb, result.stderr[-2000:])
+        assert secret not in result.stdout + result.stderr, verb

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -15,7 +14,7 @@ import pytest
 from compactor.service import Service
 from compactor.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.helpers import find_markers
+from tests.integration.helpers import find_markers, running
 from tests.integration.test_cli import write_config
 
 M = 10_000
@@ -53,17 +52,7 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
         "downstream.profiles.path": str(marts), "downstream.profiles.topic": topic,
         "downstream.profiles.key.column": "user_id"})
     service = Service(config)
-    failures: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            service.run()
-        except BaseException as exc:  # surfaced by the assertion below
-            failures.append(exc)
-
-    worker = threading.Thread(target=serve, daemon=True)
-    worker.start()
-    try:
+    with running(service) as failures:
         # Steady state first: the deadline is promised to a running mirror, not a cold start.
         produce(broker.bootstrap_servers, topic, [Record(b"warm-up", b"x", 0)])
         wait_until(lambda: (tmp_path / "lake" / topic / "table" / "_delta_log").exists(), 120,
@@ -79,9 +68,6 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
         while time.time() * 1000 < deadline:
             time.sleep(0.1)  # the promise is about this instant
         found = find_markers(config.lake_path, dead + live + [marker(k, 0) for k in keys])
-    finally:
-        service.request_stop()
-        worker.join(120)
     assert not failures, failures
     assert not {m: paths for m, paths in found.items() if m in dead and paths}, \
         "superseded or erased values outlived their deadline"

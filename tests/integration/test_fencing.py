@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from compactor.fencing import WRITER_APP_ID
 from compactor.workload import Record, produce
 from tests.conftest import wait_until
+from tests.integration.helpers import lake_offsets
 
 
 def start(conf: Path, errors: Path) -> subprocess.Popen[bytes]:
@@ -22,9 +23,7 @@ def start(conf: Path, errors: Path) -> subprocess.Popen[bytes]:
 
 
 def offsets(log: Path) -> list[tuple[int, int]]:
-    t = DeltaTable(str(log)).to_pyarrow_dataset().to_table(columns=["partition", "offset"])
-    return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
-                    strict=True))
+    return lake_offsets(str(log))
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ import json
 import random
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ from compactor.service import Service
 from compactor.snapshot import open_latest, open_log
 from compactor.workload import Record, partition_for, produce
 from tests.conftest import wait_until
+from tests.integration.helpers import running
 
 State = dict[bytes, bytes]
 
@@ -153,21 +153,10 @@ def test_bootstrap_while_the_mirror_runs_and_compacts(broker, topic_factory,
                               "min.cleanable.dirty.ratio": "0.05",
                               "delete.retention.ms": "2000"})
     config = lake_config(topic, trigger_interval_ms="300", log_cleaner_backoff_ms="500")
-    service = Service(config)
-    failures: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            service.run()
-        except BaseException as exc:  # surfaced by the assertion below
-            failures.append(exc)
-
-    worker = threading.Thread(target=serve, daemon=True)
-    worker.start()
     rng = random.Random(9)
     produced: list[Record] = []
     snapshots = []
-    try:
+    with running(Service(config)) as failures:
         for _round in range(6):
             chunk = changes(rng, 600, 200, 3)
             produce(broker.bootstrap_servers, topic, chunk)
@@ -178,9 +167,6 @@ def test_bootstrap_while_the_mirror_runs_and_compacts(broker, topic_factory,
             snapshots.append(open_log(config.lake_path, topic))
         wait_until(lambda: open_log(config.lake_path, topic).partitions[0].cleaner_offset, 60,
                    "a cleaning commit")
-    finally:
-        service.request_stop()
-        worker.join(120)
     assert not failures, failures
     ends = ends_of(produced, 3)
     expected = from_kafka(broker.bootstrap_servers, topic, ends)
