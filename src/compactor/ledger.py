@@ -84,6 +84,16 @@ def _rows(event: str, n: int, **columns: object) -> pa.Table:
     return pa.table(data, schema=LEDGER_SCHEMA)
 
 
+def _finished(events: list[dict[str, Any]]) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """(target, partition) -> [(done up to offset, at ms)], from the ledger's events."""
+    finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for e in events:
+        if e["event"] == "done":
+            finished.setdefault((e["target"], e["partition"]), []).append(
+                (e["offset"], e["atMs"]))
+    return finished
+
+
 class ErasureLedger:
     """Appends to and reads ``L/T/erasures`` for the configured topics."""
 
@@ -164,7 +174,9 @@ class ErasureLedger:
         from compactor.erasure import ERASE_APP_ID
         from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
 
-        pending = [e for e in self.erasures(topic) if e.done_ms is None]
+        events = self._events(topic)
+        finished = _finished(events)
+        pending = [e for e in self._erasures(topic, events, finished) if e.done_ms is None]
         if not pending:
             return {}
         paths = topic_paths(self._config.lake_path, topic)
@@ -176,7 +188,6 @@ class ErasureLedger:
             if d.topic == topic:
                 sources[f"downstream:{d.name}"] = (
                     d.path, ERASE_APP_ID.replace("{topic}", topic), 0)
-        finished = self._finished(topic)
         recorded: dict[str, dict[int, int]] = {}
         for target, (path, app_id, shift) in sources.items():
             table = open_table(path)
@@ -205,20 +216,13 @@ class ErasureLedger:
         table = open_table(self._path(topic))
         return read_table(table).to_pylist() if table is not None else []
 
-    def _finished(self, topic: str, events: list[dict[str, Any]] | None = None,
-                  ) -> dict[tuple[str, int], list[tuple[int, int]]]:
-        """(target, partition) -> [(done up to offset, at ms)]."""
-        finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for e in events if events is not None else self._events(topic):
-            if e["event"] == "done":
-                finished.setdefault((e["target"], e["partition"]), []).append(
-                    (e["offset"], e["atMs"]))
-        return finished
-
     def erasures(self, topic: str) -> list[Erasure]:
         """Every tombstone in the ledger with when its last target finished (None: pending)."""
         events = self._events(topic)
-        finished = self._finished(topic, events)
+        return self._erasures(topic, events, _finished(events))
+
+    def _erasures(self, topic: str, events: list[dict[str, Any]],
+                  finished: dict[tuple[str, int], list[tuple[int, int]]]) -> list[Erasure]:
         out = []
         targets = self.targets(topic)
         for e in events:

@@ -102,8 +102,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _figure(timeline: Timeline, erasures: list[Erasure], now_ms: int) -> Any:
-    plt = _pyplot()
+def _figure(plt: Any, timeline: Timeline, erasures: list[Erasure], now_ms: int) -> Any:
     t0 = timeline.started_ms
     tc = timeline.config.topic(timeline.topic)
 
@@ -182,7 +181,7 @@ def render(timeline: Timeline, erasures: list[Erasure], directory: Path,
     """Write ``<topic>.png`` and ``<topic>.html`` into ``directory``; returns their paths."""
     plt = _pyplot()
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    fig = _figure(timeline, erasures, now)
+    fig = _figure(plt, timeline, erasures, now)
     png = directory / f"{timeline.topic}.png"
     page = directory / f"{timeline.topic}.html"
     buffer = io.BytesIO()

@@ -117,8 +117,8 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                 dirty_ratio=round(rng.dirty_ratio, 4), earliest_uncleaned_ms=rng.earliest_dirty_ms,
                 max_compaction_delay_ms=rng.max_compaction_delay_ms, overdue=rng.must_clean,
                 next_forced_cleaning_ms=forced,
-                records=sum(f.records for seg in plog.segments for f in seg.files),
-                size_bytes=sum(f.size_bytes for seg in plog.segments for f in seg.files),
+                records=sum(seg.records for seg in plog.segments),
+                size_bytes=sum(seg.size_bytes for seg in plog.segments),
             ))
         backlog = ledger.backlog(topic, now)
         topics.append(TopicStatus(

@@ -201,10 +201,10 @@ def plan_ranges(
 
 
 def _commit(
-    path: str, schema: pa.Schema, partition_by: list[str] | None,
+    table: DeltaTable, path: str, schema: pa.Schema, partition_by: list[str] | None,
     files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
 ) -> None:
-    table = DeltaTable(path)
+    """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets."""
     for partition, version in versions.items():
         current = table.transaction_version(INGEST_APP_ID.format(partition=partition))
         if current is not None and current >= version:
@@ -271,14 +271,18 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
     for topic in sorted({r.topic for r in results}):
         mine = [r for r in results if r.topic == topic]
         paths = topic_paths(config.lake_path, topic)
-        fencing.check(DeltaTable(paths.log), (generations or {}).get(topic))
+        # One snapshot of the log serves the fencing check and the log commit: nothing of
+        # this process commits to the log in between (the commit lock is held).
+        log_table = DeltaTable(paths.log)
+        fencing.check(log_table, (generations or {}).get(topic))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine
                         if any(f.table == "rejected" for f in r.files)}
-            _commit(paths.rejected, REJECTED_SCHEMA, None, rejected, versions, now_ms)
+            _commit(DeltaTable(paths.rejected), paths.rejected, REJECTED_SCHEMA, None,
+                    rejected, versions, now_ms)
         log_files = [f for r in mine for f in r.files if f.table == "log"]
-        _commit(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
+        _commit(log_table, paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
                 {r.partition: r.last_offset for r in mine}, now_ms)
         stats[topic] = BatchStats(
             records=sum(f.records for f in log_files),

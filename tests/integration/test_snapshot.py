@@ -43,8 +43,7 @@ def apply(state: State, key: bytes | None, value: bytes | None) -> None:
 
 def tail(consumer: Any, ends: dict[int, int], state: State, timeout_s: float = 60) -> int:
     """Consume until every partition reached ``ends``; returns how many records arrived."""
-    positions = {p: tp.offset for p, tp in
-                 ((tp.partition, tp) for tp in consumer.assignment())}
+    positions = {tp.partition: tp.offset for tp in consumer.assignment()}
     seen = 0
     deadline = time.monotonic() + timeout_s
 
@@ -130,8 +129,9 @@ def test_bootstrap_then_tail_equals_reading_the_topic(broker, topic_factory, lak
     assert table_state == state
 
     # Seeking: an offset compaction removed starts at the next record that exists.
-    p0 = [o for p, o in zip(snap.read().column("partition").to_pylist(),
-                            snap.read().column("offset").to_pylist(), strict=True) if p == 0]
+    rows = snap.read()
+    p0 = [o for p, o in zip(rows.column("partition").to_pylist(),
+                            rows.column("offset").to_pylist(), strict=True) if p == 0]
     gap = next(o for o in range(p0[0], p0[-1]) if o not in set(p0))
     first = next(iter(snap.batches({0: gap}, partitions=[0])))
     assert first.column("offset")[0].as_py() == min(o for o in p0 if o > gap)
