@@ -2,7 +2,9 @@
 
     python bench/erasure.py [--tombstones 120] [--max-lag-ms 10000]
 
-A running mirror (trigger 500 ms, cleaner backoff 1 s) of a compacted topic with
+W3 of ``bench/run.py``, also runnable alone.
+
+A running ``compactor run`` process (trigger 500 ms, cleaner backoff 1 s) of a compacted topic with
 ``max.compaction.lag.ms`` = M. Each key's value carries a unique marker; tombstones arrive
 spread over time (about five a second). Every 250 ms every file under the lake is searched
 (Parquet decoded, everything else raw); a key counts as erased at the first search that finds
@@ -12,18 +14,24 @@ its marker nowhere. Prints p50/p99/max latency against M, and the bytes cleaning
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
 import random
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka.admin import AdminClient, NewTopic
+from workloads import create_topic
 
 from compactor.broker import EmbeddedBroker
 from compactor.config import build_config
@@ -59,6 +67,74 @@ def markers_on_disk(root: Path, wanted: set[bytes]) -> set[bytes]:
     return found
 
 
+def measure_erasure(bootstrap: str, work: Path, tombstones: int, keys: int,
+                    max_lag_ms: int, partitions: int = 2) -> tuple[list[float], Any, Any]:
+    """Run ``compactor run``, send the tombstones, watch the disk; (latencies s, topic
+    config, the run's cleaning totals)."""
+    topic = "users"
+    create_topic(bootstrap, topic, partitions, max_compaction_lag_ms=str(max_lag_ms))
+    # The mirror runs as users run it, in its own process: the disk scans below must not
+    # take the driver's interpreter lock from it.
+    settings = {
+        "bootstrap.servers": bootstrap, "topics": topic,
+        "lake.path": str(work / "lake"), "checkpoint.path": str(work / "checkpoint"),
+        "trigger.interval.ms": "500", "log.cleaner.backoff.ms": "1000",
+        "spark.master": "local[2]", "spark.ui.enabled": "false",
+    }
+    tc = Service(build_config(settings)).config.topic(topic)
+    properties = work / "compactor.properties"
+    properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    compactor = Path(sys.executable).with_name("compactor")
+    mirror = subprocess.Popen([str(compactor), "run", "--config", str(properties), "--json"],
+                              stdout=subprocess.PIPE, text=True,
+                              stderr=(work / "compactor.log").open("w"))
+    names = [b"user-%06d" % k for k in range(keys)]
+    produce(bootstrap, topic, [
+        Record(k, b'{"email":"%s"}' % marker(i), partition_for(k, partitions))
+        for i, k in enumerate(names)])
+    lake = work / "lake" / topic
+    while not (lake / "table" / "_delta_log").exists():
+        if mirror.poll() is not None:
+            raise SystemExit(f"compactor run exited {mirror.returncode}: see {work}/compactor.log")
+        time.sleep(0.2)
+    doomed = random.Random(3).sample(range(keys), tombstones)
+    sent: dict[bytes, float] = {}
+    erased: dict[bytes, float] = {}
+
+    def send() -> None:
+        for i in doomed:
+            ts = int(time.time() * 1000)
+            produce(bootstrap, topic, [Record(names[i], None, partition_for(names[i], partitions),
+                                              ts)])
+            sent[marker(i)] = ts / 1000
+            time.sleep(0.2)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    give_up = time.time() + tombstones * 0.2 + 3 * max_lag_ms / 1000 + 60
+    while len(erased) < tombstones and time.time() < give_up and mirror.poll() is None:
+        pending = {m for m in sent if m not in erased}
+        if pending:
+            left = markers_on_disk(lake, pending)
+            now = time.time()
+            for m in pending - left:
+                erased[m] = now
+        time.sleep(0.25)
+        print(f"\r{len(sent)} tombstones sent, {len(erased)} erased", end="", flush=True,
+              file=sys.stderr)
+    print(file=sys.stderr)
+    mirror.send_signal(signal.SIGTERM)
+    out, _ = mirror.communicate(timeout=120)
+    latencies = sorted(erased[m] - sent[m] for m in erased)
+    latencies += [math.inf] * (tombstones - len(latencies))  # never erased: infinitely late
+    summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return latencies, tc, summary.get("cleaning")
+
+
+def percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(len(values) * q))] if values else math.nan
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tombstones", type=int, default=120)
@@ -67,74 +143,22 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="bench-erasure-"))
-    partitions = 2
     with EmbeddedBroker(work / "broker.log") as broker:
-        topic = "users"
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        admin.create_topics([NewTopic(topic, partitions, 1, config={
-            "cleanup.policy": "compact", "max.compaction.lag.ms": str(args.max_lag_ms)})]
-        )[topic].result()
-        config = build_config({
-            "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
-            "lake.path": str(work / "lake"), "trigger.interval.ms": "500",
-            "log.cleaner.backoff.ms": "1000", "spark.master": "local[2]",
-            "spark.ui.enabled": "false",
-        })
-        service = Service(config)
-        tc = service.config.topic(topic)
-        summaries = []
-        worker = threading.Thread(target=lambda: summaries.append(service.run()), daemon=True)
-        worker.start()
-        keys = [b"user-%06d" % k for k in range(args.keys)]
-        produce(broker.bootstrap_servers, topic, [
-            Record(k, b'{"email":"%s"}' % marker(i), partition_for(k, partitions))
-            for i, k in enumerate(keys)])
-        lake = work / "lake" / topic
-        while not (lake / "table" / "_delta_log").exists():
-            time.sleep(0.2)
-        doomed = random.Random(3).sample(range(args.keys), args.tombstones)
-        sent: dict[bytes, float] = {}
-        erased: dict[bytes, float] = {}
-
-        def send() -> None:
-            for i in doomed:
-                ts = int(time.time() * 1000)
-                produce(broker.bootstrap_servers, topic,
-                        [Record(keys[i], None, partition_for(keys[i], partitions), ts)])
-                sent[marker(i)] = ts / 1000
-                time.sleep(0.2)
-
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
-        give_up = time.time() + args.tombstones * 0.2 + 3 * args.max_lag_ms / 1000 + 60
-        while len(erased) < args.tombstones and time.time() < give_up:
-            pending = {m for m in sent if m not in erased}
-            if pending:
-                left = markers_on_disk(lake, pending)
-                now = time.time()
-                for m in pending - left:
-                    erased[m] = now
-            time.sleep(0.25)
-            print(f"\r{len(sent)} tombstones sent, {len(erased)} erased", end="", flush=True)
-        print()
-        service.request_stop()
-        worker.join(120)
-    latencies = sorted(erased[m] - sent[m] for m in erased)
+        latencies, tc, cleaning = measure_erasure(broker.bootstrap_servers, work,
+                                                  args.tombstones, args.keys, args.max_lag_ms)
     limit = args.max_lag_ms / 1000
     late = sum(1 for x in latencies if x > limit)
-    print(f"{len(latencies)} of {args.tombstones} tombstones erased physically "
-          f"(max.compaction.lag.ms = {args.max_lag_ms}, cleaning forced at "
+    print(f"{sum(1 for x in latencies if x < math.inf)} of {args.tombstones} tombstones erased "
+          f"physically (max.compaction.lag.ms = {args.max_lag_ms}, cleaning forced at "
           f"{tc.cleaning_lag_ms} ms, vacuum grace {tc.vacuum_grace_ms} ms)")
-    if latencies:
-        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        print(f"latency s: p50 {statistics.median(latencies):.2f}  p99 {p99:.2f}  "
-              f"max {latencies[-1]:.2f}  deadline {limit:.2f}  late {late}")
-    if summaries:
-        cleaning = summaries[0].cleaning
-        print(f"cleaning: {cleaning.passes} passes, {cleaning.partitions_cleaned} partition "
-              f"cleanings, {cleaning.bytes_rewritten / 1e6:.2f} MB rewritten, "
-              f"{cleaning.records_dropped} records dropped, {cleaning.files_vacuumed} files "
-              "vacuumed")
+    print(f"latency s: p50 {statistics.median(latencies):.2f}  p99 "
+          f"{percentile(latencies, 0.99):.2f}  max {latencies[-1]:.2f}  deadline {limit:.2f}  "
+          f"late {late}")
+    if cleaning is not None:
+        print(f"cleaning: {cleaning['passes']} passes, {cleaning['partitions_cleaned']} "
+              f"partition cleanings, {cleaning['bytes_rewritten'] / 1e6:.2f} MB rewritten, "
+              f"{cleaning['records_dropped']} records dropped, {cleaning['files_vacuumed']} "
+              "files vacuumed")
     print(f"lake: {work}")
 
 

@@ -132,7 +132,7 @@ def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: Cle
                 batch = batch.filter(in_range)
                 if batch.num_rows == 0:
                     continue
-                keys = digests(batch.column("key").to_pylist())
+                keys = digests(batch.column("key"))
                 taken = omap.put_batch(keys, batch.column("offset").to_numpy())
                 if taken < batch.num_rows:
                     stats.map_full = True
@@ -144,7 +144,7 @@ def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int,
            now_ms: int) -> tuple[np.ndarray, np.ndarray]:
     """(keep, stamp) for each record of a batch."""
     offsets = batch.column("offset").to_numpy()
-    mapped = omap.lookup(digests(batch.column("key").to_pylist())) if len(omap) else None
+    mapped = omap.lookup(digests(batch.column("key"))) if len(omap) else None
     keep = np.ones(batch.num_rows, dtype=bool)
     if mapped is not None:
         keep &= (mapped < 0) | (offsets >= mapped)

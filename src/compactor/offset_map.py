@@ -1,9 +1,16 @@
 """The cleaner's offset map: key -> last offset of that key in the dirty range.
 
-As in Kafka's cleaner, a key is stored as its 16-byte MD5 digest beside an 8-byte offset:
-24 bytes per key, in two sorted numpy arrays, so the map for ``log.cleaner.dedupe.buffer.size``
-bytes holds ``size * load_factor / 24`` keys and never more. Two keys with the same digest
-would be treated as one (Kafka accepts the same risk).
+As in Kafka's cleaner, a key is stored as a 16-byte digest beside an 8-byte offset: 24 bytes
+per key, so the map for ``log.cleaner.dedupe.buffer.size`` bytes holds ``size * load_factor
+/ 24`` keys and never more.
+
+The digest of a key of at most 15 bytes is the key itself, ended by a 0x01 byte and padded
+with zeros: exact, and computed for a whole batch at once with numpy. A longer key's digest
+is its MD5, as in Kafka (two long keys with the same MD5 would be treated as one; Kafka
+accepts the same risk). Both are then passed through a two-round Feistel permutation of the
+128 bits, which loses nothing (equal outputs mean equal inputs) and spreads every digest
+evenly, so that the map can be kept sorted by the first 64-bit word: integer sorts and
+searches instead of byte-string ones.
 """
 
 from __future__ import annotations
@@ -13,18 +20,64 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 BYTES_PER_ENTRY = 24
-DIGEST = np.dtype("S16")
+SHORT_KEY_BYTES = 15
 
-Digests = npt.NDArray[np.bytes_]
+Digests = npt.NDArray[np.uint64]  # shape (n, 2): the sort word, then the second word
 Offsets = npt.NDArray[np.int64]
 
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
 
-def digests(keys: Sequence[bytes | None]) -> Digests:
-    """MD5 of each key; a null key hashes like the empty key (null keys never reach the log)."""
-    md5 = hashlib.md5
-    return np.array([md5(k or b"", usedforsecurity=False).digest() for k in keys], dtype=DIGEST)
+
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's finalizer: every input bit moves about half the output bits."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _as_binary(keys: pa.Array | Sequence[bytes | None]) -> pa.Array:
+    if not isinstance(keys, pa.Array | pa.ChunkedArray):
+        keys = pa.array(keys, pa.binary())
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if keys.type != pa.binary():
+        keys = keys.cast(pa.binary())
+    return keys
+
+
+def digests(keys: pa.Array | Sequence[bytes | None]) -> Digests:
+    """The map's 16-byte form of each key; a null key digests like the empty key (null keys
+    never reach the log)."""
+    keys = pc.fill_null(_as_binary(keys), b"")
+    n = len(keys)
+    if n == 0:
+        return np.empty((0, 2), dtype=np.uint64)
+    # key + 0x01 + zeros, cut at 16 bytes: every value is then exactly 16 bytes long
+    padded = pc.binary_slice(pc.binary_join_element_wise(keys, _ZEROS, b"\x01"), 0, 16)
+    _validity, offsets_buf, data_buf = padded.buffers()
+    start = int(np.frombuffer(offsets_buf, dtype=np.int32)[padded.offset])
+    raw = np.frombuffer(data_buf, dtype=np.uint8)[start:start + 16 * n].reshape(n, 16).copy()
+    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+    long = np.flatnonzero(lengths > SHORT_KEY_BYTES)
+    if len(long):
+        md5 = hashlib.md5
+        joined = b"".join(md5(k, usedforsecurity=False).digest()
+                          for k in keys.take(pa.array(long)).to_pylist())
+        raw[long] = np.frombuffer(joined, dtype=np.uint8).reshape(-1, 16)
+    words = raw.view("<u8")
+    first, second = words[:, 0], words[:, 1]
+    second = second ^ _mix(first)
+    first = first ^ _mix(second)
+    return np.stack([first, second], axis=1)
+
+
+_ZEROS = pa.scalar(bytes(SHORT_KEY_BYTES), pa.binary())
 
 
 class OffsetMap:
@@ -32,12 +85,14 @@ class OffsetMap:
 
     def __init__(self, buffer_bytes: int, load_factor: float = 0.9) -> None:
         self.capacity = max(1, int(buffer_bytes // BYTES_PER_ENTRY * load_factor))
-        self._keys: Digests = np.empty(0, dtype=DIGEST)
+        # sorted by (first word, second word); kept as two contiguous arrays for searchsorted
+        self._first: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
+        self._second: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
         self._offsets: Offsets = np.empty(0, dtype=np.int64)
         self.latest_offset = -1
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._first)
 
     @property
     def utilization(self) -> float:
@@ -51,37 +106,68 @@ class OffsetMap:
         """
         if len(keys) == 0:
             return 0
-        unique, first = np.unique(keys, return_index=True)
-        new_first = np.sort(first[~self._contains(unique)])
+        unique, first, last = _distinct(keys)
+        _pos, known = self._locate(unique)
+        new_first = np.sort(first[~known])
         free = self.capacity - len(self)
         taken = len(keys) if len(new_first) <= free else int(new_first[free])
         if taken == 0:
             return 0
-        keys, offsets = keys[:taken], offsets[:taken]
-        merged_keys = np.concatenate([self._keys, keys])
-        merged_offsets = np.concatenate([self._offsets, offsets])
-        order = np.argsort(merged_keys, kind="stable")  # later entries win: they come last
-        merged_keys, merged_offsets = merged_keys[order], merged_offsets[order]
-        last = np.ones(len(merged_keys), dtype=bool)
-        last[:-1] = merged_keys[1:] != merged_keys[:-1]
-        self._keys, self._offsets = merged_keys[last], merged_offsets[last]
+        if taken < len(keys):
+            keys, offsets = keys[:taken], offsets[:taken]
+            unique, first, last = _distinct(keys)
+        latest = offsets[last]
+        pos, found = self._locate(unique)
+        self._offsets[pos[found]] = latest[found]
+        fresh = ~found
+        self._first = np.insert(self._first, pos[fresh], unique[fresh, 0])
+        self._second = np.insert(self._second, pos[fresh], unique[fresh, 1])
+        self._offsets = np.insert(self._offsets, pos[fresh], latest[fresh])
         self.latest_offset = int(offsets[-1])
         return taken
 
-    def _contains(self, keys: Digests) -> npt.NDArray[np.bool_]:
-        if len(self._keys) == 0:
-            return np.zeros(len(keys), dtype=bool)
-        pos = np.searchsorted(self._keys, keys)
-        pos[pos == len(self._keys)] = 0
-        return np.asarray(self._keys[pos] == keys)
+    def _locate(self, keys: Digests) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+        """(insertion position, present) of each key in the sorted map."""
+        first, second = self._first, self._second
+        wanted_first = np.ascontiguousarray(keys[:, 0])
+        wanted_second = keys[:, 1]
+        pos = np.searchsorted(first, wanted_first)
+        found = np.zeros(len(keys), dtype=bool)
+        size = len(first)
+        hit = np.flatnonzero(pos < size)
+        hit = hit[first[pos[hit]] == wanted_first[hit]]
+        if len(hit):
+            there = second[pos[hit]]
+            found[hit] = there == wanted_second[hit]
+            pos[hit] += wanted_second[hit] > there
+            # A first word shared by two stored keys (about 2**-64 a pair): search the run.
+            nxt = pos[hit] - (wanted_second[hit] > there)
+            shared = hit[(nxt + 1 < size) & (first[np.minimum(nxt + 1, size - 1)]
+                                              == wanted_first[hit])]
+            for i in shared:
+                lo = int(np.searchsorted(first, wanted_first[i], side="left"))
+                hi = int(np.searchsorted(first, wanted_first[i], side="right"))
+                j = int(np.searchsorted(second[lo:hi], wanted_second[i]))
+                pos[i] = lo + j
+                found[i] = j < hi - lo and second[lo + j] == wanted_second[i]
+        return pos, found
 
     def lookup(self, keys: Digests) -> Offsets:
         """The map's offset for each key, or -1 where the key is not in the map."""
         out = np.full(len(keys), -1, dtype=np.int64)
-        if len(self._keys) == 0 or len(keys) == 0:
+        if len(self) == 0 or len(keys) == 0:
             return out
-        pos = np.searchsorted(self._keys, keys)
-        pos[pos == len(self._keys)] = 0
-        found = self._keys[pos] == keys
+        pos, found = self._locate(keys)
         out[found] = self._offsets[pos[found]]
         return out
+
+
+def _distinct(keys: Digests) -> tuple[Digests, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The distinct keys in map order, with the index of each one's first and last record."""
+    order = np.lexsort((keys[:, 1], keys[:, 0]))  # stable: equal keys keep record order
+    ordered = keys[order]
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    ends = np.ones(len(keys), dtype=bool)
+    ends[:-1] = starts[1:]
+    return ordered[starts], order[starts], order[ends]

@@ -112,7 +112,18 @@ class PartitionLog:
 
     @property
     def active(self) -> Segment | None:
-        return self.segments[-1] if self.segments else None
+        """The last segment, unless the cleaner has covered part of it.
+
+        The cleaner only covers closed segments, and a segment closed once stays closed
+        (Kafka never reopens a rolled segment), even though dropping its earliest records
+        moved its earliest timestamp, and so its time-roll deadline, later.
+        """
+        if not self.segments:
+            return None
+        last = self.segments[-1]
+        if self.cleaner_offset is not None and last.base_offset < self.cleaner_offset:
+            return None
+        return last
 
     def writer_segment(self, roll_ms: int, now_ms: int) -> ActiveSegment | None:
         """The segment the next append continues, or None when it must start a new one.

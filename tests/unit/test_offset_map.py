@@ -1,4 +1,7 @@
+import random
+
 import numpy as np
+import pyarrow as pa
 
 from compactor.offset_map import BYTES_PER_ENTRY, OffsetMap, digests
 
@@ -25,5 +28,46 @@ def test_capacity_is_buffer_over_24_bytes_times_load_factor() -> None:
     assert OffsetMap(24_000, load_factor=0.9).capacity == 900
     m = OffsetMap(24 * 1000, 1.0)
     m.put_batch(digests([b"%d" % i for i in range(1000)]), np.arange(1000, dtype=np.int64))
-    arrays = m._keys.nbytes + m._offsets.nbytes  # the map's own memory
+    arrays = m._first.nbytes + m._second.nbytes + m._offsets.nbytes  # the map's own memory
     assert arrays == 1000 * BYTES_PER_ENTRY
+
+
+def test_short_keys_are_exact_and_long_keys_hash() -> None:
+    keys = [b"a", b"a\x00", b"", None, b"x" * 15, b"x" * 16, b"y" * 16, b"x" * 16, b"\x01"]
+    d = [tuple(row) for row in digests(keys).tolist()]
+    assert d[2] == d[3]  # null digests like the empty key
+    assert d[5] == d[7]  # the same long key, the same digest
+    distinct = [d[i] for i in (0, 1, 2, 4, 5, 6, 8)]
+    assert len(set(distinct)) == len(distinct)  # trailing zero bytes, 0x01, lengths 15/16
+
+
+def test_digests_of_an_arrow_slice_match_those_of_its_values() -> None:
+    values = [b"k%d" % i for i in range(50)] + [b"long-key-%030d" % i for i in range(50)]
+    array = pa.array(values, pa.binary()).slice(30, 40)
+    assert (digests(array) == digests(values[30:70])).all()
+
+
+def test_stored_keys_sharing_a_first_word_stay_apart() -> None:
+    m = OffsetMap(BYTES_PER_ENTRY * 10, load_factor=1.0)
+    keys = np.array([[5, 3], [5, 1], [7, 0], [5, 2]], dtype=np.uint64)
+    assert m.put_batch(keys, np.arange(4, dtype=np.int64)) == 4
+    assert m.put_batch(np.array([[5, 1]], dtype=np.uint64), np.array([9], dtype=np.int64)) == 1
+    probe = np.array([[5, 1], [5, 2], [5, 3], [5, 4], [7, 0], [6, 0], [5, 0]], dtype=np.uint64)
+    assert m.lookup(probe).tolist() == [9, 3, 0, -1, 2, -1, -1]
+
+
+def test_the_map_agrees_with_a_dict_over_random_batches() -> None:
+    rng = random.Random(11)
+    pool = [b"%d" % i for i in range(300)] + [b"k" * 20 + b"%d" % i for i in range(300)]
+    m = OffsetMap(BYTES_PER_ENTRY * 10_000, load_factor=1.0)
+    expected: dict[bytes, int] = {}
+    offset = 0
+    for _ in range(30):
+        batch = [rng.choice(pool) for _ in range(rng.randrange(1, 200))]
+        offsets = np.arange(offset, offset + len(batch), dtype=np.int64)
+        assert m.put_batch(digests(batch), offsets) == len(batch)
+        for key, o in zip(batch, offsets.tolist(), strict=True):
+            expected[key] = o
+        offset += len(batch)
+    assert m.lookup(digests(pool)).tolist() == [expected.get(k, -1) for k in pool]
+    assert len(m) == len(expected)

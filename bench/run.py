@@ -1,0 +1,246 @@
+"""The benchmark: W1-W4 beside the raw limits, Kafka's cleaner model and the naive baseline.
+
+    python bench/run.py            # the full run, ~10 minutes on 2 cores
+    python bench/run.py --quick    # a tenth of the records, for trying it out
+
+One embedded broker, one Spark session, one seeded skewed workload (see workloads.Skewed):
+
+- W1 catch-up ingest of the preloaded topic, cleaner off, against a confluent-kafka consume
+  loop over the same topic (the raw limit).
+- W2 one cleaning pass over that log, against pyarrow reading and rewriting the same Parquet
+  files with as many threads as cores (the raw limit).
+- Bytes written: the same topic mirrored again in micro-batches of ``--batch`` records with
+  the cleaner on, as a continuously running mirror sees it; bytes written per byte ingested
+  against Kafka's cleaner model (every pass recopies the log from its start to the end of the
+  dirty range) and against the naive baseline (foreachBatch MERGE of each micro-batch into a
+  latest-value table, bench/naive.py).
+- W3 erasure latency with max.compaction.lag.ms = ``--max-lag-ms`` (bench/erasure.py).
+- W4 a cleaning task's peak memory against the number of keys under a fixed dedupe buffer
+  (bench/memory.py).
+
+Prints figures and ratios, never asserts: it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from erasure import measure_erasure, percentile  # noqa: E402
+from memory import build_log, measure  # noqa: E402
+from naive import run_naive  # noqa: E402
+from workloads import (  # noqa: E402
+    Skewed,
+    bytes_added,
+    consume_loop,
+    cores,
+    create_topic,
+    parquet_files,
+    parquet_rewrite,
+)
+
+from compactor.broker import EmbeddedBroker  # noqa: E402
+from compactor.cleaner import CleanStats  # noqa: E402
+from compactor.config import build_config  # noqa: E402
+from compactor.maintenance import LogMaintenance, PassReport  # noqa: E402
+from compactor.service import Service  # noqa: E402
+from compactor.workload import produce  # noqa: E402
+from streaming.session import build_session  # noqa: E402
+
+TOPIC = "skewed"
+SEGMENT_BYTES = [8 << 20]  # --quick divides it with the records
+log = logging.getLogger("bench")
+Row = tuple[str, str, str, str]  # measure, figure, baseline, ratio
+
+
+def _config(broker: str, work: Path, name: str, **extra: str) -> Any:
+    return build_config({
+        "bootstrap.servers": broker, "topics": TOPIC, "segment.bytes": str(SEGMENT_BYTES[0]),
+        "lake.path": str(work / name / "lake"), "checkpoint.path": str(work / name / "ckpt"),
+        "spark.master": f"local[{cores()}]", "spark.ui.enabled": "false",
+        **{k.replace("_", "."): v for k, v in extra.items()},
+    })
+
+
+def _stats(report: PassReport) -> list[CleanStats]:
+    return [o.result.stats for o in report.cleaned if o.result is not None]
+
+
+def w1_ingest(broker: str, work: Path, wl: Skewed) -> tuple[list[Row], Any]:
+    loop_s, loop_bytes = consume_loop(broker, TOPIC, wl.partitions, wl.records)
+    config = _config(broker, work, "w1", log_cleaner_enable="false")
+    summary = Service(config).run(once=True)
+    ingest = summary.ingest
+    loop_rate = wl.records / loop_s
+    busy_rate = ingest.records / ingest.busy_seconds
+    run_rate = ingest.records / summary.seconds
+    log.info("W1: loop %.1fs for %d bytes; mirror %d records in %d batches, busy %.1fs, "
+             "run %.1fs", loop_s, loop_bytes, ingest.records, ingest.batches,
+             ingest.busy_seconds, summary.seconds)
+    return [
+        ("W1 ingest, records/s (whole run)", f"{run_rate:,.0f}", f"{loop_rate:,.0f}",
+         f"{run_rate / loop_rate:.2f}x"),
+        ("W1 ingest, records/s (in micro-batches)", f"{busy_rate:,.0f}", f"{loop_rate:,.0f}",
+         f"{busy_rate / loop_rate:.2f}x"),
+    ], config
+
+
+def _record_bytes(files: list[Path]) -> int:
+    """Key and value bytes of Parquet log files (the unit of segment.bytes)."""
+    total = 0
+    for f in files:
+        t = pq.read_table(f, columns=["key", "value"])
+        for c in ("key", "value"):
+            total += pc.sum(pc.fill_null(pc.binary_length(t.column(c)), 0)).as_py() or 0
+    return total
+
+
+def w2_cleaning(broker: str, work: Path) -> list[Row]:
+    """Record MB/s on both sides: the pass covers the closed segments, the rewrite every file."""
+    config = Service(_config(broker, work, "w1")).config
+    files = parquet_files(Path(config.lake_path) / TOPIC / "log")
+    raw_s, raw_disk = parquet_rewrite(files, work / "w2-rewrite", cores())
+    raw_rate = _record_bytes(files) / 1e6 / raw_s
+    report = LogMaintenance(build_session(config.spark), config).run_pass()
+    stats = _stats(report)
+    covered = sum(s.kafka_model_bytes for s in stats)
+    rate = covered / 1e6 / report.seconds
+    log.info("W2: raw rewrite of %d files (%.1f MB on disk) in %.2fs; pass %.2fs over %.1f MB "
+             "of records, %d dropped, %.1f MB written", len(files), raw_disk / 1e6, raw_s,
+             report.seconds, covered / 1e6, sum(s.records_dropped for s in stats),
+             sum(s.bytes_written for s in stats) / 1e6)
+    return [("W2 cleaning, record MB/s", f"{rate:.1f}", f"{raw_rate:.1f}",
+             f"{rate / raw_rate:.2f}x")]
+
+
+def continuous(broker: str, work: Path, wl: Skewed, batch: int) -> dict[str, float]:
+    """The topic mirrored in micro-batches of ``batch`` records with the cleaner on."""
+    config = _config(broker, work, "cont", max_offsets_per_trigger=str(batch),
+                     trigger_interval_ms="0")
+    service = Service(config)
+    passes: list[CleanStats] = []
+    ingested = [0]
+    settled = threading.Event()
+
+    def on_batch(_id: int, stats: Any) -> None:
+        ingested[0] += sum(s.records for s in stats.values())
+
+    def on_pass(report: PassReport) -> None:
+        passes.extend(_stats(report))
+        if ingested[0] >= wl.records:
+            settled.set()  # a pass after the last batch: the mirror is caught up and clean
+
+    summaries: list[Any] = []
+    worker = threading.Thread(target=lambda: summaries.append(
+        service.run(on_batch=on_batch, on_pass=on_pass)), daemon=True)
+    worker.start()
+    settled.wait(1800)
+    service.request_stop()
+    worker.join(300)
+    ingest = summaries[0].ingest
+    lake = Path(config.lake_path) / TOPIC
+    figures = {
+        "batches": ingest.batches, "passes": len(passes),
+        "ingest_record_bytes": ingest.record_bytes,
+        "cleaner_record_bytes": sum(s.record_bytes_written for s in passes),
+        "kafka_model_bytes": sum(s.kafka_model_bytes for s in passes),
+        "log_disk_bytes": bytes_added(lake / "log"),
+        "table_disk_bytes": bytes_added(lake / "table"),
+    }
+    log.info("continuous: %s", figures)
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--zipf", type=float, default=1.0)
+    ap.add_argument("--batch", type=int, default=50_000,
+                    help="records per micro-batch of the continuous run and the baseline")
+    ap.add_argument("--tombstones", type=int, default=120, help="W3 tombstones")
+    ap.add_argument("--max-lag-ms", type=int, default=10_000, help="W3 max.compaction.lag.ms")
+    ap.add_argument("--buffer", type=int, default=16 << 20, help="W4 dedupe buffer bytes")
+    ap.add_argument("--memory-keys", default="100000,400000,1600000", help="W4 key counts")
+    ap.add_argument("--quick", action="store_true", help="a tenth of the records and keys")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)
+    scale = 10 if args.quick else 1
+    wl = Skewed(records=args.records // scale, keys=args.keys // scale, zipf=args.zipf)
+    batch = args.batch // scale
+    SEGMENT_BYTES[0] //= scale
+    memory_keys = [int(k) // scale for k in args.memory_keys.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    started = time.monotonic()
+    rows: list[Row] = []
+    with EmbeddedBroker(work / "broker.log") as broker:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, TOPIC, wl.partitions, segment_bytes=str(SEGMENT_BYTES[0]))
+        t0 = time.perf_counter()
+        produce(bootstrap, TOPIC, list(wl.generate()))
+        log.info("produced %s in %.1fs", wl.describe(), time.perf_counter() - t0)
+
+        w1, _ = w1_ingest(bootstrap, work, wl)
+        rows += w1
+        rows += w2_cleaning(bootstrap, work)
+        cont = continuous(bootstrap, work, wl, batch)
+        spark = build_session({"spark.master": f"local[{cores()}]", "spark.ui.enabled": "false"})
+        naive_s, merges = run_naive(spark, bootstrap, TOPIC, work / "naive", batch)
+        naive_disk = bytes_added(work / "naive" / "table")
+        log.info("naive: %d MERGEs in %.1fs, %.1f MB added", merges, naive_s, naive_disk / 1e6)
+        ingested = cont["ingest_record_bytes"]
+        ours = ingested + cont["cleaner_record_bytes"]
+        kafka = ingested + cont["kafka_model_bytes"]
+        rows.append(("bytes written / byte ingested vs Kafka model (record bytes)",
+                     f"{ours / ingested:.2f}", f"{kafka / ingested:.2f}", f"{ours / kafka:.2f}x"))
+        rows.append(("bytes written / byte ingested vs naive MERGE (on disk, log)",
+                     f"{cont['log_disk_bytes'] / ingested:.2f}", f"{naive_disk / ingested:.2f}",
+                     f"{cont['log_disk_bytes'] / naive_disk:.2f}x"))
+        both = cont["log_disk_bytes"] + cont["table_disk_bytes"]
+        rows.append(("  the same with the latest-value table",
+                     f"{both / ingested:.2f}", f"{naive_disk / ingested:.2f}",
+                     f"{both / naive_disk:.2f}x"))
+
+        latencies, _tc, _cleaning = measure_erasure(bootstrap, work / "w3", args.tombstones,
+                                                    2000, args.max_lag_ms)
+    deadline = args.max_lag_ms / 1000
+    late = sum(1 for x in latencies if x > deadline)
+    rows.append(("W3 erasure latency s p50 / p99 / max",
+                 f"{statistics.median(latencies):.1f} / {percentile(latencies, 0.99):.1f} / "
+                 f"{latencies[-1]:.1f}", f"deadline {deadline:.0f}", f"{late} late"))
+    for keys in memory_keys:
+        lake = work / f"w4-{keys}"
+        build_log(lake, keys)
+        m = measure(lake, args.buffer)
+        limit = args.buffer / 2**20 + 300
+        rows.append((f"W4 {keys:,} keys: peak RSS MB ({m['passes']:.0f} passes, map "
+                     f"{m['max_map_entries']:,.0f}/{m['map_capacity']:,.0f})",
+                     f"{m['rss_peak_mb']:.0f}", f"buffer+300 = {limit:.0f}",
+                     f"{m['rss_peak_mb'] / limit:.2f}x"))
+    print(f"\n{wl.describe()}; micro-batches of {batch:,} records; {cores()} cores; "
+          f"{time.monotonic() - started:.0f}s in all; work dir {work}")
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    header = ("measure", "this", "baseline", "ratio")
+    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+
+
+if __name__ == "__main__":
+    main()
