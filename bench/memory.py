@@ -3,7 +3,8 @@
 ``build_log`` writes a one-partition log of K keys, each written twice, through the product's
 own ingest path (no broker: memory is the cleaner's concern). ``python bench/memory.py --lake
 L --buffer B`` cleans it until idle in a fresh process, as a cleaning task would, and prints
-JSON: the process's resident set size before and at its peak, the passes and the map's use.
+JSON: the process's resident set size once its libraries are loaded and at its peak (the
+task's memory is the difference), the passes and the map's use.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def main() -> None:
     ap.add_argument("--lake", type=Path, required=True)
     ap.add_argument("--buffer", type=int, required=True)
     args = ap.parse_args()
+    import pandas  # noqa: F401  pyarrow imports it on first use; a Spark worker has it loaded
+
     from compactor.maintenance import LogMaintenance
 
     config = _config(args.lake, args.buffer)
-    before = _rss_mb("VmRSS")
+    before = _rss_mb("VmRSS")  # the interpreter with every library loaded, before the task
     started = time.perf_counter()
     reports = LogMaintenance(None, config).run_until_idle()
     seconds = time.perf_counter() - started

@@ -228,10 +228,11 @@ def main() -> None:
         build_log(lake, keys)
         m = measure(lake, args.buffer)
         limit = args.buffer / 2**20 + 300
-        rows.append((f"W4 {keys:,} keys: peak RSS MB ({m['passes']:.0f} passes, map "
+        task = m["rss_peak_mb"] - m["rss_before_mb"]
+        log.info("W4 %d keys: %s", keys, m)
+        rows.append((f"W4 {keys:,} keys: task peak MB ({m['passes']:.0f} passes, map "
                      f"{m['max_map_entries']:,.0f}/{m['map_capacity']:,.0f})",
-                     f"{m['rss_peak_mb']:.0f}", f"buffer+300 = {limit:.0f}",
-                     f"{m['rss_peak_mb'] / limit:.2f}x"))
+                     f"{task:.0f}", f"buffer+300 = {limit:.0f}", f"{task / limit:.2f}x"))
     print(f"\n{wl.describe()}; micro-batches of {batch:,} records; {cores()} cores; "
           f"{time.monotonic() - started:.0f}s in all; work dir {work}")
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

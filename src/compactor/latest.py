@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Transaction
@@ -59,26 +60,32 @@ class LatestStats:
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
-    """Step 3: one record per key; null keys are not keys and are left out."""
-    records = records.filter(pc.is_valid(records.column("key")))
+    """Step 3: one record per key; null keys are not keys and are left out.
+
+    A hash aggregation over the narrow columns, not a sort of the whole table by key:
+    positions in (partition, offset) order make the last position of each (key, partition)
+    group its highest offset, and only the winning rows are taken from the wide table. Only
+    when a key appears in several partitions is that (small) result sorted by key.
+    """
     if records.num_rows == 0:
+        return records.filter(pc.is_valid(records.column("key")))
+    order = pc.sort_indices(records.select(["partition", "offset"]),
+                            [("partition", "ascending"), ("offset", "ascending")])
+    narrow = pa.table({"key": pc.take(records.column("key"), order),
+                       "partition": pc.take(records.column("partition"), order),
+                       "pos": pa.array(np.arange(records.num_rows, dtype=np.int64))})
+    groups = narrow.group_by(["key", "partition"], use_threads=False).aggregate([("pos", "max")])
+    groups = groups.filter(pc.is_valid(groups.column("key")))
+    winners = order.to_numpy()[groups.column("pos_max").to_numpy()]
+    records = records.take(pa.array(np.sort(winners)))
+    if pc.count_distinct(records.column("key")).as_py() == records.num_rows:
         return records
-    order = pc.sort_indices(records, [("key", "ascending"), ("partition", "ascending"),
-                                      ("offset", "ascending")])
-    records = records.take(order)
-    keys, parts = records.column("key"), records.column("partition")
-    n = records.num_rows
-    # Last record of each (key, partition) run: the highest offset in that partition.
-    nxt_key = pc.not_equal(keys.slice(0, n - 1), keys.slice(1))
-    nxt_part = pc.not_equal(parts.slice(0, n - 1), parts.slice(1))
-    last = pc.or_(nxt_key, nxt_part).combine_chunks()
-    records = records.filter(pa.concat_arrays([last, pa.array([True])]))
-    order = pc.sort_indices(records, [("key", "ascending"), ("timestamp", "ascending"),
-                                      ("partition", "ascending")])
-    records = records.take(order)
+    records = records.take(pc.sort_indices(records, [("key", "ascending"),
+                                                     ("timestamp", "ascending"),
+                                                     ("partition", "ascending")]))
     keys, n = records.column("key"), records.num_rows
-    last = pc.not_equal(keys.slice(0, n - 1), keys.slice(1)).combine_chunks()
-    return records.filter(pa.concat_arrays([last, pa.array([True])]))
+    last_of_key = pc.not_equal(keys.slice(0, n - 1), keys.slice(1)).combine_chunks()
+    return records.filter(pa.concat_arrays([last_of_key, pa.array([True])]))
 
 
 def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
