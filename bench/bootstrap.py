@@ -28,8 +28,11 @@ from compactor.workload import Record, partition_for, produce
 
 
 def from_broker(bootstrap: str, topic: str, ends: dict[int, int]) -> tuple[float, int]:
+    # fetch.queue.backoff.ms: librdkafka's default (1 s) idles a fast consumer; see
+    # streaming/consumer.py. The broker side gets the same setting as the mirror.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-bootstrap",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                         "fetch.queue.backoff.ms": 10})
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     state: dict[bytes, bytes] = {}
     remaining = sum(ends.values())

@@ -72,6 +72,7 @@ def measure_erasure(bootstrap: str, work: Path, tombstones: int, keys: int,
     """Run ``compactor run``, send the tombstones, watch the disk; (latencies s, topic
     config, the run's cleaning totals)."""
     topic = "users"
+    work.mkdir(parents=True, exist_ok=True)
     create_topic(bootstrap, topic, partitions, max_compaction_lag_ms=str(max_lag_ms))
     # The mirror runs as users run it, in its own process: the disk scans below must not
     # take the driver's interpreter lock from it.

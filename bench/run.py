@@ -81,20 +81,22 @@ def _stats(report: PassReport) -> list[CleanStats]:
 def w1_ingest(broker: str, work: Path, wl: Skewed) -> tuple[list[Row], Any]:
     loop_s, loop_bytes = consume_loop(broker, TOPIC, wl.partitions, wl.records)
     config = _config(broker, work, "w1", log_cleaner_enable="false")
+    t0 = time.perf_counter()
+    build_session(config.spark)  # the JVM's start, once per process, timed apart
+    jvm_s = time.perf_counter() - t0
     summary = Service(config).run(once=True)
     ingest = summary.ingest
     loop_rate = wl.records / loop_s
-    busy_rate = ingest.records / ingest.busy_seconds
-    run_rate = ingest.records / summary.seconds
-    log.info("W1: loop %.1fs for %d bytes; mirror %d records in %d batches, busy %.1fs, "
-             "run %.1fs", loop_s, loop_bytes, ingest.records, ingest.batches,
-             ingest.busy_seconds, summary.seconds)
-    return [
-        ("W1 ingest, records/s (whole run)", f"{run_rate:,.0f}", f"{loop_rate:,.0f}",
-         f"{run_rate / loop_rate:.2f}x"),
-        ("W1 ingest, records/s (in micro-batches)", f"{busy_rate:,.0f}", f"{loop_rate:,.0f}",
-         f"{busy_rate / loop_rate:.2f}x"),
-    ], config
+    rates = [ingest.records / s for s in
+             (summary.seconds + jvm_s, summary.seconds, ingest.busy_seconds)]
+    log.info("W1: loop %.1fs for %d bytes; mirror %d records in %d batches, Spark start "
+             "%.1fs, run %.1fs, in micro-batches %.1fs", loop_s, loop_bytes, ingest.records,
+             ingest.batches, jvm_s, summary.seconds, ingest.busy_seconds)
+    names = ["W1 ingest records/s, whole run with Spark's start",
+             "W1 ingest records/s, catch-up (query start to caught up)",
+             "W1 ingest records/s, inside micro-batches"]
+    return [(name, f"{rate:,.0f}", f"{loop_rate:,.0f}", f"{rate / loop_rate:.2f}x")
+            for name, rate in zip(names, rates, strict=True)], config
 
 
 def _record_bytes(files: list[Path]) -> int:

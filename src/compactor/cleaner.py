@@ -218,7 +218,7 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
                     batch = batch.set_column(column, "deleteHorizonMs", stamped)
                 kept = batch.filter(pa.array(k))
                 if kept.num_rows:
-                    builder.write(kept, sum(record_sizes(kept)))
+                    builder.write(kept, int(record_sizes(kept).sum()))
                     throttle.add(kept.nbytes)
         added = builder.close()
     except BaseException:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from deltalake import DeltaTable
 
@@ -153,6 +155,27 @@ class SegmentRoller:
         self._first_ts = active.first_timestamp_ms if active else 0
         self._bytes = active.record_bytes if active else 0
 
+    def assign_batch(self, offsets: npt.NDArray[np.int64], timestamps_ms: npt.NDArray[np.int64],
+                     sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """:meth:`assign` for numpy arrays, without a Python loop when nothing rolls.
+
+        That is the common case (a micro-batch is far smaller than a segment); a batch in
+        which some record rolls goes through :meth:`assign`.
+        """
+        n = len(offsets)
+        if n and self._base is not None:
+            used_before = self._bytes + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            by_size = (used_before > 0) & (used_before + sizes > self._segment_bytes)
+            earliest = np.minimum.accumulate(np.concatenate(([self._first_ts],
+                                                             timestamps_ms[:-1])))
+            by_time = timestamps_ms - earliest > self._roll_ms
+            if not (by_size.any() or by_time.any()):
+                self._first_ts = int(min(self._first_ts, int(timestamps_ms.min())))
+                self._bytes = int(used_before[-1] + sizes[-1])
+                return np.full(n, self._base, dtype=np.int64)
+        return np.array(self.assign(offsets.tolist(), timestamps_ms.tolist(), sizes.tolist()),
+                        dtype=np.int64)
+
     def assign(
         self, offsets: Sequence[int], timestamps_ms: Sequence[int], sizes: Sequence[int]
     ) -> list[int]:
@@ -175,27 +198,23 @@ class SegmentRoller:
         return out
 
 
-def record_sizes(batch: pa.RecordBatch) -> list[int]:
+def record_sizes(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
     """Record bytes as ``segment.bytes`` counts them: key + value + header keys and values."""
     import pyarrow.compute as pc
 
-    def lengths(arr: pa.Array) -> pa.Array:
-        return pc.fill_null(pc.binary_length(arr), 0)
+    def lengths(arr: pa.Array) -> npt.NDArray[np.int64]:
+        counted = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+        return np.asarray(counted, dtype=np.int64)
 
-    total = pc.add(lengths(batch.column("key")), lengths(batch.column("value")))
+    total = lengths(batch.column("key")) + lengths(batch.column("value"))
     headers = batch.column("headers")
     if len(headers) and pc.sum(pc.fill_null(pc.list_value_length(headers), 0)).as_py():
         flat = pc.list_flatten(headers)
-        per_header = pc.add(
-            lengths(pc.struct_field(flat, "key").cast(pa.binary())),
-            lengths(pc.struct_field(flat, "value")),
-        )
-        parents = pc.list_parent_indices(headers)
-        sums = [0] * len(batch)
-        for parent, size in zip(parents.to_pylist(), per_header.to_pylist(), strict=True):
-            sums[parent] += size
-        return [a + b for a, b in zip(total.to_pylist(), sums, strict=True)]
-    return list(total.to_pylist())
+        per_header = (lengths(pc.struct_field(flat, "key").cast(pa.binary()))
+                      + lengths(pc.struct_field(flat, "value")))
+        parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        total += np.bincount(parents, weights=per_header, minlength=len(batch)).astype(np.int64)
+    return total
 
 
 def _column(cols: Mapping[str, list[object]], name: str, n: int) -> list[object]:

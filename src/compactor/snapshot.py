@@ -184,6 +184,7 @@ def assigned_consumer(topic: str, next_offsets: Mapping[int, int], bootstrap_ser
         "bootstrap.servers": bootstrap_servers, "group.id": f"compactor-bootstrap-{topic}",
         "enable.auto.commit": False, "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",  # an offset below the broker's log start
+        "fetch.queue.backoff.ms": 10,  # as the mirror's consumer: see streaming.consumer
         **(config or {}),
     }
     consumer = Consumer(settings)

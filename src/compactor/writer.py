@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Transaction
@@ -104,7 +105,7 @@ def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> Writte
     table = table.append_column(
         "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
     )
-    sizes = sum(sum(record_sizes(b)) for b in batches)
+    sizes = sum(int(record_sizes(b).sum()) for b in batches)
     return write_data_file(plan.rejected_path, "", table, sizes, "rejected")
 
 
@@ -149,17 +150,17 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
                 if batch.num_rows == 0:
                     continue
         sizes = record_sizes(batch)
-        millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        segments = roller.assign(batch.column("offset").to_pylist(), millis, sizes)
-        seg_array = pa.array(segments, pa.int64())
-        for segment in sorted(set(segments)):
-            mask = pc.equal(seg_array, segment)
-            part = batch.filter(mask)
+        micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        segments = roller.assign_batch(
+            batch.column("offset").to_numpy(zero_copy_only=False), micros // 1000, sizes)
+        for segment in np.unique(segments).tolist():
+            mask = segments == segment
+            part = batch if mask.all() else batch.filter(pa.array(mask))
             buf = buffers.setdefault(segment, _SegmentBuffer())
             buf.batches.append(part.drop_columns(LOG_PARTITION_COLUMNS[:1]))
-            buf.record_bytes += sum(s for s, m in zip(sizes, mask.to_pylist(), strict=True) if m)
+            buf.record_bytes += int(sizes[mask].sum())
             buf.nbytes += part.nbytes
-        newest = segments[-1]
+        newest = int(segments[-1])
         for segment in [s for s in buffers if s != newest or buffers[s].nbytes > _FLUSH_BYTES]:
             files.append(_log_file(plan, segment, buffers.pop(segment)))
     for segment, buf in sorted(buffers.items()):

@@ -58,3 +58,33 @@ def test_idle_active_segment_past_its_deadline_is_not_continued() -> None:
     assert plog.writer_segment(roll_ms=500, now_ms=2_400) == ActiveSegment(10, 2_000, 100)
     assert plog.writer_segment(roll_ms=500, now_ms=2_501) is None
     assert PartitionLog(0, (), None).writer_segment(500, 0) is None
+
+
+@given(
+    records=st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 400), st.integers(0, 120)),
+                     min_size=1, max_size=80),
+    cuts=st.lists(st.integers(1, 80), max_size=6),
+    segment_bytes=st.integers(14, 400),
+    roll_ms=st.integers(1, 1000),
+)
+def test_assign_batch_equals_assign_however_the_stream_is_cut(records, cuts, segment_bytes,
+                                                              roll_ms) -> None:
+    import numpy as np
+
+    offsets, stamps, sizes, offset = [], [], [], 0
+    for gap, ts, size in records:
+        offset += gap + 1
+        offsets.append(offset)
+        stamps.append(1_000 + ts)
+        sizes.append(size)
+    expected = SegmentRoller(None, segment_bytes, roll_ms).assign(offsets, stamps, sizes)
+    roller = SegmentRoller(None, segment_bytes, roll_ms)
+    got: list[int] = []
+    bounds = sorted({c for c in cuts if c < len(offsets)}) + [len(offsets)]
+    start = 0
+    for end in bounds:
+        got += roller.assign_batch(np.array(offsets[start:end], dtype=np.int64),
+                                   np.array(stamps[start:end], dtype=np.int64),
+                                   np.array(sizes[start:end], dtype=np.int64)).tolist()
+        start = end
+    assert got == expected
