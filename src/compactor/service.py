@@ -33,6 +33,7 @@ from compactor.admin import resolve_config
 from compactor.config import CompactorConfig
 from compactor.erasure import check_downstream
 from compactor.exceptions import CompactorError
+from compactor.incarnation import Incarnations
 from compactor.layout import topic_paths
 from compactor.maintenance import CleaningTotals, LogMaintenance, PassReport
 from compactor.progress import IngestProgress, log_pass_end
@@ -94,6 +95,8 @@ class Service:
         mirror.generations.update(generations)
         if cleaner is not None:
             cleaner.generations.update(generations)
+        mirror.incarnations = Incarnations(self.config)
+        mirror.incarnations.claim()  # a recreated topic stops the run here
         log.info("writer generation %s", ", ".join(f"{t}={g}" for t, g in generations.items()))
         summary = RunSummary(ingest=mirror.totals)
         metrics = None

@@ -22,6 +22,7 @@ from compactor import exceptions as errors
 from compactor.config import CompactorConfig
 from compactor.erasure import DownstreamEraser
 from compactor.exceptions import CompactorError
+from compactor.incarnation import Incarnations
 from compactor.latest import catch_up
 from compactor.layout import open_table, topic_paths
 from compactor.ledger import ErasureLedger
@@ -98,6 +99,7 @@ class Mirror:
         self.in_batch = False
         self.failure: BaseException | None = None
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
+        self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -126,6 +128,8 @@ class Mirror:
             .map(lambda plan: write_range(plan, client, 120_000, fail))
             .collect()
         )
+        if self.incarnations is not None:  # nothing read from a recreated topic is committed
+            self.incarnations.verify({plan.topic for plan in plans})
         with self.commit_lock:
             stats = commit_ranges(self.config, results, self.generations)
             for topic in sorted(stats):
