@@ -247,12 +247,15 @@ class IngestTotals:
     records: int = 0
     record_bytes: int = 0
     rejected: int = 0
-    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit
+    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit, MERGE
+    table_seconds: float = 0.0  # the part of it spent merging the latest-value tables
     per_topic: dict[str, int] = field(default_factory=dict)
 
-    def add(self, stats: Mapping[str, BatchStats], seconds: float) -> None:
+    def add(self, stats: Mapping[str, BatchStats], seconds: float,
+            table_seconds: float = 0.0) -> None:
         self.batches += 1
         self.busy_seconds += seconds
+        self.table_seconds += table_seconds
         for topic, s in stats.items():
             self.records += s.records
             self.record_bytes += s.record_bytes
