@@ -21,6 +21,7 @@ vacuum removes.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Iterator
@@ -224,6 +225,9 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     except BaseException:
         builder.abort()
         raise
+    written = [f.modified_ms for f in files if f.modified_ms is not None]
+    if added is not None and written:
+        added = dataclasses.replace(added, modified_ms=max(written))
     if added is not None:
         stats.bytes_written += added.size
         stats.record_bytes_written += added.record_bytes

@@ -36,11 +36,15 @@ class WrittenFile:
     stats: str
     records: int
     record_bytes: int
+    # The write time to record, when not the commit's: a cleaned file keeps the latest write
+    # time of the files it replaces, as Kafka keeps a cleaned segment's lastModified.
+    modified_ms: int | None = None
 
 
 def add_action(f: WrittenFile, now_ms: int) -> AddAction:
     """The Delta add action of a written file (its statistics already exclude PII)."""
-    return AddAction(f.path, f.size, dict(f.partition_values), now_ms, True, f.stats)
+    modified = f.modified_ms if f.modified_ms is not None else now_ms
+    return AddAction(f.path, f.size, dict(f.partition_values), modified, True, f.stats)
 
 
 def _iso_ms(ms: int) -> str | None:

@@ -33,6 +33,7 @@ class DataFile:
     min_timestamp_ms: int | None
     max_timestamp_ms: int | None
     min_delete_horizon_ms: int | None  # earliest tombstone horizon stamped by the cleaner
+    modified_ms: int | None = None  # the add action's modificationTime (the write time)
 
 
 @dataclass(frozen=True)
@@ -227,9 +228,13 @@ def _files_from_actions(actions: pa.Table) -> list[DataFile]:
     n = actions.num_rows
     min_ts, max_ts = _column(cols, "min.timestamp", n), _column(cols, "max.timestamp", n)
     horizon = _column(cols, "min.deleteHorizonMs", n)
+    modified = _column(cols, "modification_time", n)
     files = []
     for i, path in enumerate(cols["path"]):
         size = _as_int(cols["size_bytes"][i])
+        written = None if modified[i] is None else _to_ms(modified[i])
+        lo = None if min_ts[i] is None else _to_ms(min_ts[i])
+        hi = None if max_ts[i] is None else _to_ms(max_ts[i])
         files.append(DataFile(
             path=str(path),
             partition=_as_int(cols["partition.partition"][i]),
@@ -239,11 +244,23 @@ def _files_from_actions(actions: pa.Table) -> list[DataFile]:
             records=_as_int(cols["num_records"][i]),
             record_bytes=record_bytes_of(str(path), size),
             size_bytes=size,
-            min_timestamp_ms=None if min_ts[i] is None else _to_ms(min_ts[i]),
-            max_timestamp_ms=None if max_ts[i] is None else _to_ms(max_ts[i]),
+            min_timestamp_ms=_dated(lo, hi, written, lowest=True),
+            max_timestamp_ms=_dated(lo, hi, written, lowest=False),
             min_delete_horizon_ms=None if horizon[i] is None else _as_int(horizon[i]),
+            modified_ms=written,
         ))
     return files
+
+
+def _dated(lo: int | None, hi: int | None, written: int | None, lowest: bool) -> int | None:
+    """A file's earliest or latest record time, where a record without a timestamp (negative:
+    Kafka's -1, message format v0) counts as written when its file was, as Kafka falls back
+    to a segment file's modification time for rolls, retention and the compaction lag."""
+    if lo is None or hi is None or written is None or lo >= 0:
+        return lo if lowest else hi
+    if hi < 0:  # no record of the file has a timestamp
+        return written
+    return min(hi, written) if lowest else max(hi, written)
 
 
 def _segments(files: list[DataFile]) -> dict[int, list[Segment]]:

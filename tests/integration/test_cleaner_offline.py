@@ -158,3 +158,26 @@ def test_a_deadline_topic_sweeps_orphans_past_the_grace_only_when_nothing_is_in_
     time.sleep(1.1)  # the removed files pass the grace
     assert maintenance.run_pass(now_ms=T0 + 1).vacuumed == len(first.cleaned[0].result.removed)
     assert maintenance.run_pass(now_ms=T0 + 1).vacuumed == 0  # nothing is counted twice
+
+
+def test_records_without_timestamps_count_as_written_when_their_file_was(tmp_path: Path) -> None:
+    """Kafka's -1 (no timestamp, message format v0): retention and rolls use the file's write
+    time, as Kafka uses a segment file's modification time, instead of expiring at once."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact,delete",
+                            retention_ms=3_600_000, segment_ms=60_000, segment_bytes=40,
+                            min_cleanable_dirty_ratio=0.01)
+    now = int(time.time() * 1000)
+    # 20-byte records, two to a segment: segments [0, 1], [2, 3], [4] (active).
+    append(config, "t", 0, [(i, b"k%d" % (i % 2), b"v" * 18, -1) for i in range(5)], now)
+    before = log_rows(config, "t")
+    maintenance = LogMaintenance(None, config)
+    maintenance.run_pass(now_ms=now + 1_000)
+    kept = log_rows(config, "t")
+    # Compacted (k0's 0 and k1's 1 superseded), nothing expired: before the fix the files'
+    # latest timestamp, -1, made both closed segments expire at once, leaving [4].
+    assert [r[1] for r in before] == [0, 1, 2, 3, 4]
+    assert [r[1] for r in kept] == [2, 3, 4]
+    # Past retention.ms after the files were written, time retention removes them (the last
+    # segment too: it rolled by time long before).
+    maintenance.run_pass(now_ms=now + 3_600_000 + 120_000)
+    assert log_rows(config, "t") == []
