@@ -1,11 +1,11 @@
-"""Broker trouble: a broker that freezes mid-run and comes back, with nothing lost or doubled."""
+"""Broker trouble: a broker that freezes mid-run, briefly or for longer than the retries."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -16,48 +16,72 @@ from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
 
 
+def _setup(own: EmbeddedBroker, tmp_path: Path) -> tuple[Path, str]:
+    admin = AdminClient({"bootstrap.servers": own.bootstrap_servers})
+    admin.create_topics([NewTopic("t", 2, 1, config={"cleanup.policy": "compact"})])[
+        "t"].result(timeout=30)
+    conf = tmp_path / "c.properties"
+    conf.write_text(f"bootstrap.servers={own.bootstrap_servers}\ntopics=t\n"
+                    f"lake.path={tmp_path / 'lake'}\ncheckpoint.path={tmp_path / 'ck'}\n"
+                    "trigger.interval.ms=300\nspark.master=local[1]\n"
+                    "spark.ui.enabled=false\n")
+    return conf, str(tmp_path / "lake" / "t" / "log")
+
+
+def batch(start: int) -> list[Record]:
+    return [Record(b"k%d" % i, b"v%d" % i, i % 2) for i in range(start, start + 100)]
+
+
+def mirrored(log: str) -> int:
+    try:
+        return len(lake_offsets(log))
+    except Exception:  # not created yet
+        return 0
+
+
 @pytest.mark.slow
 @pytest.mark.faults
-def test_a_frozen_broker_that_comes_back_is_resumed(tmp_path) -> None:
+def test_a_short_freeze_is_resumed_and_a_long_one_stops_the_run_cleanly(tmp_path) -> None:
+    """Frozen 12 s: the client's retries carry the run through. Frozen past the offset
+    requests' 30 s: exit code 3 naming the broker, the lake as it was, and a restart once the
+    broker is back mirrors the rest, every offset exactly once."""
     with EmbeddedBroker(tmp_path / "own-broker.log") as own:
-        admin = AdminClient({"bootstrap.servers": own.bootstrap_servers})
-        admin.create_topics([NewTopic("t", 2, 1, config={"cleanup.policy": "compact"})])[
-            "t"].result(timeout=30)
-        conf = tmp_path / "c.properties"
-        conf.write_text(f"bootstrap.servers={own.bootstrap_servers}\ntopics=t\n"
-                        f"lake.path={tmp_path / 'lake'}\ncheckpoint.path={tmp_path / 'ck'}\n"
-                        "trigger.interval.ms=300\nspark.master=local[1]\n"
-                        "spark.ui.enabled=false\n")
-        log = str(tmp_path / "lake" / "t" / "log")
-
-        def batch(start: int) -> list[Record]:
-            return [Record(b"k%d" % i, b"v%d" % i, i % 2) for i in range(start, start + 100)]
-
-        def mirrored() -> int:
-            try:
-                return len(lake_offsets(log))
-            except Exception:  # not created yet
-                return 0
-
+        conf, log = _setup(own, tmp_path)
         produce(own.bootstrap_servers, "t", batch(0))
         errors = tmp_path / "run.stderr"
         with errors.open("w") as sink:
             run = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config",
                                     str(conf)], stdout=subprocess.DEVNULL, stderr=sink)
         try:
-            wait_until(lambda: mirrored() == 100, 120, "the first records")
+            wait_until(lambda: mirrored(log) == 100, 120, "the first records")
             own.pause()
             time.sleep(12)  # the mirror's offset requests wait, retried by the client
             assert run.poll() is None, errors.read_text()[-3000:]
             own.resume()
             produce(own.bootstrap_servers, "t", batch(100))
-            wait_until(lambda: mirrored() == 200 or run.poll() is not None, 120,
+            wait_until(lambda: mirrored(log) == 200 or run.poll() is not None, 120,
                        "the mirror to resume")
             assert run.poll() is None, errors.read_text()[-3000:]
+
+            own.pause()
+            paused = time.monotonic()
+            wait_until(lambda: run.poll() is not None, 150, "the run to give up")
+            gave_up = time.monotonic() - paused
         finally:
             own.resume()
-            run.send_signal(signal.SIGTERM)
-            run.wait(120)
-        assert run.returncode == 0, errors.read_text()[-3000:]
+            if run.poll() is None:
+                run.kill()
+            run.wait(60)
+        stderr = errors.read_text()
+        assert run.returncode == 3, stderr[-3000:]
+        assert own.bootstrap_servers in stderr
+        assert gave_up >= 25, f"gave up after {gave_up:.0f}s, before the retries ran out"
+        assert sorted(lake_offsets(log)) == sorted((p, o) for p in (0, 1) for o in range(100))
+
+        produce(own.bootstrap_servers, "t", batch(200))
+        again = subprocess.run([sys.executable, "-m", "compactor.cli", "run", "--once",
+                                "--config", str(conf)], capture_output=True, text=True,
+                               timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
         got = lake_offsets(log)
-        assert sorted(got) == sorted((p, o) for p in (0, 1) for o in range(100))
+        assert sorted(got) == sorted((p, o) for p in (0, 1) for o in range(150))
