@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from compactor.cleanable import CleanableRange
 from compactor.datafiles import DataFileBuilder, WrittenFile
+from compactor.exceptions import LakeError
 from compactor.layout import join, local_path
 from compactor.offset_map import OffsetMap, digests
 from compactor.segments import DataFile, Segment, record_sizes
@@ -113,10 +114,14 @@ class Throttler:
 
 def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
              stats: CleanStats, throttle: Throttler) -> Iterator[pa.RecordBatch]:
-    parquet = pq.ParquetFile(local_path(join(plan.log_path, f.path)))
     stats.bytes_read += f.size_bytes
     throttle.add(f.size_bytes)
-    yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
+    try:
+        parquet = pq.ParquetFile(local_path(join(plan.log_path, f.path)))
+        yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
+    except (OSError, pa.ArrowException) as exc:  # named, so that status can say which file
+        raise LakeError(f"cannot read data file {f.path} of {plan.topic}-{plan.partition}: "
+                        f"{exc}") from exc
 
 
 def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: CleanStats,

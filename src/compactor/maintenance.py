@@ -29,7 +29,7 @@ from typing import Any
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties, RemoveAction
 
-from compactor import fencing
+from compactor import fencing, uncleanable
 from compactor.cleanable import CleanableRange, active_segment, cleanable_range, cleaning_order
 from compactor.cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.config import CompactorConfig
@@ -243,10 +243,17 @@ class LogMaintenance:
         if result.error is not None:
             self.uncleanable[key] = result.error
             log.error("%s-%d is uncleanable: %s", *key, result.error)
+            with self._lock:  # recorded in the log, for 'compactor status'
+                table = DeltaTable(item.plan.log_path)
+                fencing.check(table, self.generations.get(result.topic))
+                if not uncleanable.is_marked(table, result.partition):
+                    uncleanable.mark(table, result.partition, result.error)
             return False
         self.uncleanable.pop(key, None)
         app_id = CLEANER_APP_ID.format(partition=result.partition)
-        if not result.removed and not result.added and result.checkpoint == item.checkpoint:
+        nothing = not result.removed and not result.added and result.checkpoint == item.checkpoint
+        if nothing and not uncleanable.is_marked(DeltaTable(item.plan.log_path),
+                                                 result.partition):
             return False
         now_ms = int(time.time() * 1000)
         actions: list[Any] = [
@@ -261,11 +268,13 @@ class LogMaintenance:
             if table.transaction_version(app_id) != item.checkpoint:
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
                 return False
+            txns = [Transaction(app_id, result.checkpoint, now_ms)]
+            if uncleanable.is_marked(table, result.partition):
+                txns.append(uncleanable.clearing(result.partition, now_ms))
             try:
                 table.create_write_transaction(
                     actions, "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id, result.checkpoint, now_ms)]),
+                    commit_properties=CommitProperties(app_transactions=txns),
                 )
             except Exception as exc:
                 log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)

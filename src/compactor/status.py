@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from compactor import uncleanable
 from compactor.cleanable import active_segment, cleanable_range
 from compactor.config import CompactorConfig
 from compactor.exceptions import CompactorError
@@ -41,6 +42,8 @@ class PartitionStatus:
     next_forced_cleaning_ms: int | None  # when max.compaction.lag.ms forces cleaning next
     records: int = 0  # records in the log now, tombstones included
     size_bytes: int = 0  # Parquet bytes of the log's live files
+    uncleanable_since_ms: int | None = None  # a cleaning pass failed then (compactor.uncleanable)
+    uncleanable_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
         tc = config.topic(topic)
         table = open_table(topic_paths(config.lake_path, topic).log)
         logs = read_partition_logs(table) if table is not None else {}
+        stuck = uncleanable.read(table, logs) if table is not None else {}
         partitions = []
         for partition in sorted(set(logs) | {p for t, p in ends if t == topic}):
             plog = logs.get(partition)
@@ -119,6 +123,8 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                 next_forced_cleaning_ms=forced,
                 records=sum(seg.records for seg in plog.segments),
                 size_bytes=sum(seg.size_bytes for seg in plog.segments),
+                uncleanable_since_ms=stuck[partition].since_ms if partition in stuck else None,
+                uncleanable_reason=stuck[partition].reason if partition in stuck else None,
             ))
         backlog = ledger.backlog(topic, now)
         topics.append(TopicStatus(
@@ -166,4 +172,8 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
                 f"{p.segments:>4} {p.first_dirty_offset:>10} {p.dirty_bytes:>9} "
                 f"{p.dirty_ratio:>6.2f} {'YES' if p.overdue else 'no':>7} "
                 f"{_ms(p.next_forced_cleaning_ms, now_ms):>15}")
+            if p.uncleanable_since_ms is not None:
+                lines.append(f"       UNCLEANABLE since {_ms(p.uncleanable_since_ms, now_ms)}: "
+                             f"{p.uncleanable_reason or 'reason older than the history searched'}"
+                             " (skipped by passes until a forced pass or a restart succeeds)")
     return "\n".join(lines)

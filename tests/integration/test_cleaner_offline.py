@@ -16,6 +16,7 @@ from compactor.cleaner import Throttler
 from compactor.layout import topic_paths
 from compactor.maintenance import LogMaintenance
 from compactor.offset_map import BYTES_PER_ENTRY
+from compactor.status import collect_status
 from tests.lake import append, log_rows, offline_config
 
 T0 = 1_700_000_000_000
@@ -115,6 +116,7 @@ def test_a_failing_partition_is_marked_uncleanable_and_the_others_go_on(tmp_path
         append(config, "t", partition, [(i, b"k", b"v" * 10, T0) for i in range(4)], now_ms=T0)
     root = Path(topic_paths(config.lake_path, "t").log)
     victim = sorted((root / "partition=0").rglob("*.parquet"))[0]
+    original = victim.read_bytes()
     victim.write_bytes(b"not parquet at all")
 
     maintenance = LogMaintenance(None, config)
@@ -127,6 +129,18 @@ def test_a_failing_partition_is_marked_uncleanable_and_the_others_go_on(tmp_path
     assert {o.partition: o.result for o in skipped.outcomes}[0] is None
     forced = maintenance.run_pass(force=True, now_ms=T0 + 3)
     assert {o.partition: o.result.error for o in forced.outcomes if o.result}[0]
+
+    # 'compactor status', another process, sees it from the log: when and why.
+    stuck = {p.partition: p for p in collect_status(config, ask_broker=False)[0][0].partitions}
+    assert stuck[0].uncleanable_since_ms is not None and stuck[1].uncleanable_since_ms is None
+    assert victim.name in (stuck[0].uncleanable_reason or "")
+    # Repaired and cleaned by a forced pass: the record is cleared in the same commit.
+    victim.write_bytes(original)
+    repaired = maintenance.run_pass(force=True, now_ms=T0 + 4)
+    assert {o.partition: o.committed for o in repaired.outcomes}[0]
+    assert ("t", 0) not in maintenance.uncleanable
+    again = {p.partition: p for p in collect_status(config, ask_broker=False)[0][0].partitions}
+    assert again[0].uncleanable_since_ms is None and again[0].uncleanable_reason is None
 
 
 @pytest.mark.parametrize("rate", [2_000.0])
