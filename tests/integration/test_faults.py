@@ -1,10 +1,12 @@
 """Fault injection: ``compactor run`` killed with SIGKILL again and again while producers write.
 
 A producer keeps writing updates and tombstones; ``compactor run`` (a real process, real
-Spark, real Delta) is killed at random moments, half of them while files of an ingest or a
-cleaning pass are on disk but not yet committed. After every kill the lake is checked against
-what was produced (the reference model: the topic itself), and at the end a clean run must
-leave every erasure done by its deadline. The suite prints what it injected and checked.
+Spark, real Delta) is killed after a random stretch of work, each kill aimed in turn at any
+moment, at an ingest or cleaning commit whose files are written but not committed, at a
+downstream delete in the same state, or at a vacuum deleting files. After every kill the
+lake is checked against what was produced (the reference model: the topic itself), and at
+the end a clean run must leave every erasure done by its deadline. The suite prints what it
+injected and checked.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ M = 60_000  # max.compaction.lag.ms
 class Report:
     kills: int = 0
     mid_commit: int = 0  # kills while uncommitted data files were on disk
+    hits: dict[str, int] = field(default_factory=dict)  # aim -> kills that caught it
     restarts: int = 0
     checks: int = 0
     records_checked: int = 0
@@ -83,13 +86,38 @@ class Producer(threading.Thread):
             self.error = exc
 
 
-def in_flight(log_dir: Path) -> bool:
+def in_flight(table_dir: Path) -> bool:
     """Data files newer than the last Delta commit: a write that has not committed yet."""
-    commits = list((log_dir / "_delta_log").glob("*.json"))
+    commits = list((table_dir / "_delta_log").glob("*.json"))
     if not commits:
         return False
     last = max(c.stat().st_mtime for c in commits)
-    return any(f.stat().st_mtime > last for f in log_dir.glob("partition=*/**/*.parquet"))
+    try:
+        return any(f.stat().st_mtime > last for f in table_dir.glob("**/*.parquet"))
+    except FileNotFoundError:  # vacuumed while we looked
+        return False
+
+
+def parquet_count(table_dir: Path) -> int:
+    return sum(1 for _ in table_dir.glob("**/*.parquet"))
+
+
+class Vacuuming:
+    """True once the number of data files falls: vacuum is deleting files right now."""
+
+    def __init__(self, table_dir: Path) -> None:
+        self.table_dir, self.seen = table_dir, parquet_count(table_dir)
+
+    def __call__(self) -> bool:
+        now = parquet_count(self.table_dir)
+        fell, self.seen = now < self.seen, now
+        return fell
+
+
+# What each kill aims at, in turn: any moment, the middle of an ingest or cleaning commit
+# protocol (files written, not committed), of a downstream delete (its MERGE's files written,
+# not committed), or of a vacuum (files being deleted).
+AIMS = ("any moment", "log write", "downstream write", "vacuum")
 
 
 def committed(log_dir: Path) -> dict[int, int | None]:
@@ -167,9 +195,10 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
     report = Report()
     producer = Producer(broker.bootstrap_servers, topic)
     producer.start()
-    kills = int(os.environ.get("FAULT_KILLS", "6"))
+    kills = int(os.environ.get("FAULT_KILLS", "6"))  # every aim at least once
     try:
-        for _ in range(kills):
+        for attempt in range(kills):
+            aim = AIMS[attempt % len(AIMS)]
             before = committed(log_dir)
             errors = tmp_path / f"run-{report.restarts}.stderr"
             with errors.open("w") as sink:
@@ -186,10 +215,21 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
                 if report.downtime:
                     report.downtime[-1] = (report.downtime[-1][0], int(time.time() * 1000))
                 time.sleep(rng.uniform(2.0, 12.0))  # let it work: ingest, clean, vacuum
-                if rng.random() < 0.5:  # then aim at the middle of a commit protocol
-                    wait_until(lambda pr=proc: in_flight(log_dir) or pr.poll() is not None, 60,
-                               "an uncommitted write")
-                report.mid_commit += in_flight(log_dir)
+                caught = {"any moment": lambda: True,
+                          "log write": lambda: in_flight(log_dir),
+                          "downstream write": lambda: in_flight(marts),
+                          "vacuum": Vacuuming(log_dir)}[aim]
+                # Aimed, not waited for forever: a moment that does not come in 60 s is missed.
+                deadline = time.monotonic() + 60
+                hit = False
+                while proc.poll() is None and time.monotonic() < deadline:
+                    if caught():
+                        hit = True
+                        break
+                    time.sleep(0.005)
+                report.hits[aim] = report.hits.get(aim, 0) + hit
+                report.mid_commit += in_flight(log_dir) or in_flight(marts)
+                assert proc.poll() is None, errors.read_text()[-3000:]
             finally:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -241,7 +281,8 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
             late.append(e.done_ms - allowed)
     past_plain = sum(e.late(int(time.time() * 1000)) for e in erasures)
     print(f"\nfault injection: {report.kills} SIGKILLs ({report.mid_commit} with uncommitted "
-          f"files on disk), {report.restarts} restarts, {report.checks} checks of "
+          f"files on disk; aims caught: {report.hits}), {report.restarts} restarts, "
+          f"{report.checks} checks of "
           f"{report.records_checked:,} produced records, {len(report.lost)} lost or "
           f"resurrected; {len(erasures)} erasures, {past_plain} past max.compaction.lag.ms, "
           f"{len(late)} past it plus the downtime in their window "
