@@ -79,7 +79,7 @@ def _stats(report: PassReport) -> list[CleanStats]:
     return [o.result.stats for o in report.cleaned if o.result is not None]
 
 
-def w1_ingest(broker: str, work: Path, wl: Skewed) -> tuple[list[Row], Any]:
+def w1_ingest(broker: str, work: Path, wl: Skewed) -> list[Row]:
     loop_s, loop_bytes = consume_loop(broker, TOPIC, wl.partitions, wl.records)
     config = _config(broker, work, "w1", log_cleaner_enable="false")
     t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def w1_ingest(broker: str, work: Path, wl: Skewed) -> tuple[list[Row], Any]:
              "W1 ingest records/s, inside micro-batches",
              "W1 ingest records/s, micro-batches without the table MERGE"]
     return [(name, f"{rate:,.0f}", f"{loop_rate:,.0f}", f"{rate / loop_rate:.2f}x")
-            for name, rate in zip(names, rates, strict=True)], config
+            for name, rate in zip(names, rates, strict=True)]
 
 
 def _record_bytes(files: list[Path]) -> int:
@@ -209,8 +209,7 @@ def main() -> None:
         produce(bootstrap, TOPIC, list(wl.generate()))
         log.info("produced %s in %.1fs", wl.describe(), time.perf_counter() - t0)
 
-        w1, _ = w1_ingest(bootstrap, work, wl)
-        rows += w1
+        rows += w1_ingest(bootstrap, work, wl)
         rows += w2_cleaning(bootstrap, work)
         cont = continuous(bootstrap, work, wl, batch)
         spark = build_session({"spark.master": f"local[{cores()}]", "spark.ui.enabled": "false"})

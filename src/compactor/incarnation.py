@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
-from compactor.layout import topic_paths
+from compactor.layout import open_table, topic_paths
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,6 @@ class Incarnations:
 
     def claim(self) -> None:
         """Step 1-2: record or compare each log's topic id (the log must exist)."""
-        from compactor.layout import open_table
-
         ids = self.broker_ids(self._config.topics)
         for topic, broker_id in ids.items():
             if broker_id is None:

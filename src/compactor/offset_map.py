@@ -107,17 +107,17 @@ class OffsetMap:
         if len(keys) == 0:
             return 0
         unique, first, last = _distinct(keys)
-        _pos, known = self._locate(unique)
-        new_first = np.sort(first[~known])
+        pos, found = self._locate(unique)
+        new_first = np.sort(first[~found])
         free = self.capacity - len(self)
         taken = len(keys) if len(new_first) <= free else int(new_first[free])
         if taken == 0:
             return 0
-        if taken < len(keys):
+        if taken < len(keys):  # only a prefix fits: its own distinct keys and positions
             keys, offsets = keys[:taken], offsets[:taken]
             unique, first, last = _distinct(keys)
+            pos, found = self._locate(unique)
         latest = offsets[last]
-        pos, found = self._locate(unique)
         self._offsets[pos[found]] = latest[found]
         fresh = ~found
         self._first = np.insert(self._first, pos[fresh], unique[fresh, 0])
@@ -137,13 +137,13 @@ class OffsetMap:
         hit = np.flatnonzero(pos < size)
         hit = hit[first[pos[hit]] == wanted_first[hit]]
         if len(hit):
-            there = second[pos[hit]]
+            left = pos[hit]
+            there = second[left]
             found[hit] = there == wanted_second[hit]
-            pos[hit] += wanted_second[hit] > there
+            pos[hit] = left + (wanted_second[hit] > there)
             # A first word shared by two stored keys (about 2**-64 a pair): search the run.
-            nxt = pos[hit] - (wanted_second[hit] > there)
-            shared = hit[(nxt + 1 < size) & (first[np.minimum(nxt + 1, size - 1)]
-                                              == wanted_first[hit])]
+            shared = hit[(left + 1 < size) & (first[np.minimum(left + 1, size - 1)]
+                                               == wanted_first[hit])]
             for i in shared:
                 lo = int(np.searchsorted(first, wanted_first[i], side="left"))
                 hi = int(np.searchsorted(first, wanted_first[i], side="right"))

@@ -43,10 +43,15 @@ class Uncleanable:
     reason: str | None  # None when the marking commit is older than the history searched
 
 
-def is_marked(table: DeltaTable, partition: int) -> bool:
+def _marked_since(table: DeltaTable, partition: int) -> int | None:
+    """When the partition was marked, if it still is."""
     marked = table.transaction_version(MARKED_APP_ID.format(partition=partition)) or 0
     cleared = table.transaction_version(CLEARED_APP_ID.format(partition=partition)) or 0
-    return marked > cleared
+    return marked if marked > cleared else None
+
+
+def is_marked(table: DeltaTable, partition: int) -> bool:
+    return _marked_since(table, partition) is not None
 
 
 def mark(table: DeltaTable, partition: int, reason: str) -> None:
@@ -73,8 +78,8 @@ def clearing(partition: int, now_ms: int) -> Transaction:
 
 def read(table: DeltaTable, partitions: Iterable[int]) -> dict[int, Uncleanable]:
     """The uncleanable partitions among ``partitions``, with when and why."""
-    marked = {p: table.transaction_version(MARKED_APP_ID.format(partition=p)) or 0
-              for p in partitions if is_marked(table, p)}
+    since = {p: _marked_since(table, p) for p in partitions}
+    marked = {p: t for p, t in since.items() if t is not None}
     if not marked:
         return {}
     reasons: dict[int, str] = {}

@@ -126,6 +126,12 @@ def _data_loss(message: str, fail: bool) -> None:
     logging.getLogger(__name__).warning("skipping lost data: %s", message)
 
 
+def _spark_timestamp_types(kinds: np.ndarray) -> np.ndarray:
+    """librdkafka's timestamp type of each message as Spark's; an unknown one is -1."""
+    known = (kinds >= 0) & (kinds < len(_TS_TYPES))
+    return np.where(known, _TS_TYPES[np.where(known, kinds, 0)], -1).astype(np.int32)
+
+
 def messages_to_batch(messages: list[Message], include_headers: bool = True) -> pa.RecordBatch:
     """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds."""
     keys = [m.key() for m in messages]
@@ -149,8 +155,7 @@ def messages_to_batch(messages: list[Message], include_headers: bool = True) -> 
             pa.array([first.partition()] * n, pa.int32()),
             pa.array([m.offset() for m in messages], pa.int64()),
             pa.array(kinds_and_ms[:, 1] * 1000).cast(TIMESTAMP_TYPE),
-            pa.array(np.where((kinds := kinds_and_ms[:, 0]) >= 0, _TS_TYPES[np.clip(kinds, 0, 2)],
-                              -1).astype(np.int32)),
+            pa.array(_spark_timestamp_types(kinds_and_ms[:, 0])),
             headers,
         ],
         schema=KAFKA_SCHEMA,

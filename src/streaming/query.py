@@ -142,13 +142,14 @@ class Mirror:
                         hook(topic)
         merging = time.monotonic()
         self.merge_tables(force=self.config.table_merge_interval_ms == 0)
+        merge_s = time.monotonic() - merging
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs (%.1fs of it merging "
                  "the latest-value table)", batch_id, records,
                  sum(s.rejected for s in stats.values()),
-                 sum(s.files for s in stats.values()), took, time.monotonic() - merging)
-        self.totals.add(stats, took, time.monotonic() - merging)
+                 sum(s.files for s in stats.values()), took, merge_s)
+        self.totals.add(stats, took, merge_s)
         for listener in self.listeners:
             listener(batch_id, stats)
 
