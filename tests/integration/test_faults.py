@@ -29,6 +29,7 @@ from deltalake import DeltaTable, write_deltalake
 from compactor.config import build_config
 from compactor.ledger import ErasureLedger
 from compactor.segments import read_partition_logs
+from compactor.status import collect_status
 from compactor.workload import Record, partition_for, produce
 from tests.conftest import wait_until
 
@@ -259,6 +260,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
                            "downstream.profiles.topic": topic,
                            "downstream.profiles.key.column": "user_id"})
     ledger = ErasureLedger(config)
+    waiting: AssertionError | None = None
     try:
         wait_until(lambda: (DeltaTable(str(log_dir)).version() >= 0
                             and {p: (pl.committed_offset or -1) + 1 for p, pl in
@@ -271,13 +273,28 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
         # was dead inside the window (the last restart included), and a margin.
         now_ms = int(time.time() * 1000)
         bound_ms = last_tombstone_ms + M + report.down_between(last_tombstone_ms, now_ms)
-        wait_until(lambda: len(ledger.erasures(topic)) == tombstones
-                   and ledger.backlog(topic).pending == 0,
-                   bound_ms / 1000 - time.time() + 30,
-                   f"every erasure ({tombstones} tombstones)")
+        try:
+            wait_until(lambda: len(ledger.erasures(topic)) == tombstones
+                       and ledger.backlog(topic).pending == 0,
+                       bound_ms / 1000 - time.time() + 30,
+                       f"every erasure ({tombstones} tombstones)")
+        except AssertionError as timeout:
+            waiting = timeout  # reported below with what was pending and the run's log
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
+    if waiting is not None:
+        pending = [e for e in ledger.erasures(topic) if e.done_ms is None]
+        events = ledger._events(topic)
+        done = {(e["target"], e["partition"]): e["offset"] for e in events
+                if e["event"] == "done"}
+        stuck = [(p.partition, p.uncleanable_reason, p.first_dirty_offset)
+                 for p in collect_status(config, ask_broker=False)[0][0].partitions]
+        raise AssertionError(
+            f"{waiting}; {len(ledger.erasures(topic))} in the ledger, {len(pending)} pending, "
+            f"first pending {[(e.partition, e.offset) for e in pending[:5]]}; last done per "
+            f"(target, partition) {done}; (partition, uncleanable reason, first dirty) "
+            f"{stuck}; downtime {report.downtime}; the last run's log:\n{stderr[-4000:]}")
     assert proc.returncode == 0, stderr[-3000:]
     check(str(log_dir), producer, report)
     # The deadline binds a running mirror (as KIP-354's binds a running cleaner): an erasure
