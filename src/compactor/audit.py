@@ -15,17 +15,18 @@ The key's current record (its latest value, or its tombstone) is not a trace.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from compactor.config import LONG_MAX, CompactorConfig, DownstreamTable
 from compactor.exceptions import LakeError
-from compactor.layout import is_local, local_path, topic_paths
+from compactor.layout import topic_paths
+from compactor.storage import Storage
 
 _ROW_COLUMNS = ["key", "value", "offset", "timestamp", "partition"]
 
@@ -52,23 +53,42 @@ class AuditResult:
         return [t for t in self.traces if t.deadline_ms is None or t.deadline_ms < now_ms]
 
 
-def _partition_from_path(path: Path) -> int | None:
+def _files(storage: Storage, uri: str) -> tuple[pafs.FileSystem, str, list[PurePosixPath]]:
+    """Every file below ``uri`` (relative to it), on any storage; none when it is absent."""
+    fs, root = storage.filesystem(uri)
+    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        return fs, root, []
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    base = PurePosixPath(root)
+    return fs, root, sorted(PurePosixPath(i.path).relative_to(base) for i in infos
+                            if i.type == pafs.FileType.File)
+
+
+def _read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
+    try:
+        with fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _partition_from_path(path: PurePosixPath) -> int | None:
     for part in path.parts:
         if part.startswith("partition="):
             return int(part.split("=", 1)[1])
     return None
 
 
-def _rows_of_key(path: Path, key: bytes) -> pa.Table | None:
+def _rows_of_key(fs: pafs.FileSystem, path: str, key: bytes) -> pa.Table | None:
     """Rows of ``key`` in a data file; None when the file is not a data file with keys."""
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(path, filesystem=fs)
     except Exception:
         return None
     if "key" not in schema.names:
         return None
     columns = [c for c in _ROW_COLUMNS if c in schema.names]
-    table = _plain(pq.read_table(path, columns=columns))
+    table = _plain(pq.read_table(path, columns=columns, filesystem=fs))
     return table.filter(pc.equal(table.column("key"), pa.scalar(key, pa.binary())))
 
 
@@ -82,37 +102,34 @@ def _plain(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
-def _table_of(path: Path, root: Path) -> str:
-    first = path.relative_to(root).parts[0]
+def _table_of(path: PurePosixPath) -> str:
+    first = path.parts[0]
     return first if first in ("log", "table", "rejected") else "other"
 
 
 def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
     root_uri = topic_paths(config.lake_path, topic).root
-    if not is_local(root_uri):
-        raise LakeError(f"audit-erasure reads local lakes only; {root_uri} is not local")
-    root = Path(local_path(root_uri))
-    if not root.exists():
+    fs, root, files = _files(config.storage, root_uri)
+    if not files:
         raise LakeError(f"no lake for topic {topic} under {config.lake_path}")
     tc = config.topic(topic)
     lag = tc.max_compaction_lag_ms if tc.max_compaction_lag_ms < LONG_MAX else None
 
-    rows: list[tuple[Path, dict[str, object]]] = []
-    other_files: list[Path] = []
+    rows: list[tuple[PurePosixPath, dict[str, object]]] = []
+    other_files: list[PurePosixPath] = []
     result = AuditResult(topic, key, {})
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
-            result.files_searched += 1
-            found = _rows_of_key(path, key) if name.endswith(".parquet") else None
-            if found is None:
-                other_files.append(path)
-                continue
-            partition = _partition_from_path(path)
-            for row in found.to_pylist():
-                if row.get("partition") is None:
-                    row["partition"] = partition
-                rows.append((path, row))
+    for path in files:
+        result.files_searched += 1
+        found = (_rows_of_key(fs, f"{root}/{path}", key) if path.name.endswith(".parquet")
+                 else None)
+        if found is None:
+            other_files.append(path)
+            continue
+        partition = _partition_from_path(path)
+        for row in found.to_pylist():
+            if row.get("partition") is None:
+                row["partition"] = partition
+            rows.append((path, row))
 
     # The key's history as the lake knows it, per partition: offset -> timestamp, tombstone.
     history: dict[int, dict[int, tuple[int, bool]]] = {}
@@ -135,54 +152,51 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
             continue  # the key's live value
         superseded_at = history[p][newer[0]][0]
         result.traces.append(Trace(
-            str(path.relative_to(root)), _table_of(path, root), p, o,
+            str(path), _table_of(path), p, o,
             f"value superseded by offset {newer[0]}",
             superseded_at + lag if lag is not None else None,
         ))
     for path in other_files:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if key in data:
-            result.traces.append(Trace(str(path.relative_to(root)), _table_of(path, root),
+        data = _read_bytes(fs, f"{root}/{path}")
+        if data is not None and key in data:
+            result.traces.append(Trace(str(path), _table_of(path),
                                        None, None, "key bytes in a non-data file", None))
     erased = [(ts, p) for p, (_, ts, tomb) in result.latest.items() if tomb]
     if erased and all(tomb for _, _, tomb in result.latest.values()):
         deadline = max(ts for ts, _ in erased) + lag if lag is not None else None
         for d in config.downstream:
             if d.topic == topic:
-                result.traces += _downstream_traces(d, key, deadline, result)
+                result.traces += _downstream_traces(config.storage, d, key, deadline, result)
     return result
 
 
-def _downstream_traces(d: DownstreamTable, key: bytes, deadline: int | None,
+def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadline: int | None,
                        result: AuditResult) -> list[Trace]:
     """Rows of an erased key left in a downstream table (any file, referenced or not)."""
     mapped = d.key_value(key)
-    if mapped is None or not is_local(d.path):
+    if mapped is None:
         return []
-    root = Path(local_path(d.path))
+    fs, root, files = _files(storage, d.path)
     needle = mapped if isinstance(mapped, bytes) else str(mapped).encode()
     traces = []
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
-            result.files_searched += 1
-            label = f"downstream:{d.name}/{path.relative_to(root)}"
-            if name.endswith(".parquet"):
-                try:
-                    table = _plain(pq.read_table(path))
-                except Exception:
-                    continue
-                if d.key_column not in table.column_names:
-                    continue
-                column = table.column(d.key_column)
-                hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()
-                if hits:
-                    traces.append(Trace(label, f"downstream:{d.name}", None, None,
-                                        f"{hits} row(s) of an erased key", deadline))
-            elif needle in path.read_bytes():
+    for path in files:
+        result.files_searched += 1
+        label = f"downstream:{d.name}/{path}"
+        if path.name.endswith(".parquet"):
+            try:
+                table = _plain(pq.read_table(f"{root}/{path}", filesystem=fs))
+            except Exception:
+                continue
+            if d.key_column not in table.column_names:
+                continue
+            column = table.column(d.key_column)
+            hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()
+            if hits:
+                traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                    f"{hits} row(s) of an erased key", deadline))
+        else:
+            data = _read_bytes(fs, f"{root}/{path}")
+            if data is not None and needle in data:
                 traces.append(Trace(label, f"downstream:{d.name}", None, None,
                                     "key bytes in a non-data file", None))
     return traces

@@ -35,9 +35,10 @@ import pyarrow.parquet as pq
 from compactor.cleanable import CleanableRange
 from compactor.datafiles import DataFileBuilder, WrittenFile
 from compactor.exceptions import LakeError
-from compactor.layout import join, local_path
+from compactor.layout import join
 from compactor.offset_map import OffsetMap, digests
 from compactor.segments import DataFile, Segment, record_sizes
+from compactor.storage import Storage
 
 _BATCH_ROWS = 65_536
 _MAP_COLUMNS = ["key", "offset"]
@@ -59,6 +60,7 @@ class CleanPlan:
     load_factor: float
     io_max_bytes_per_second: float
     now_ms: int
+    storage: Storage
 
 
 @dataclass
@@ -117,8 +119,10 @@ def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
     stats.bytes_read += f.size_bytes
     throttle.add(f.size_bytes)
     try:
-        parquet = pq.ParquetFile(local_path(join(plan.log_path, f.path)))
-        yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
+        fs, path = plan.storage.filesystem(join(plan.log_path, f.path))
+        with fs.open_input_file(path) as source:
+            parquet = pq.ParquetFile(source)
+            yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
     except (OSError, pa.ArrowException) as exc:  # named, so that status can say which file
         raise LakeError(f"cannot read data file {f.path} of {plan.topic}-{plan.partition}: "
                         f"{exc}") from exc
@@ -202,7 +206,7 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     base = group[0].base_offset
     builder = DataFileBuilder(
         plan.log_path, f"partition={plan.partition}/segment={base}", "log",
-        {"partition": str(plan.partition), "segment": str(base)},
+        {"partition": str(plan.partition), "segment": str(base)}, storage=plan.storage,
     )
     horizon_ms = plan.now_ms + plan.delete_retention_ms
     try:

@@ -173,13 +173,14 @@ def _cmd_read(args: argparse.Namespace) -> int:
             print("compactor: error: --from-offset applies to the log, not to --latest",
                   file=sys.stderr)
             return 2
-        latest = open_latest(config.lake_path, args.topic)
+        latest = open_latest(config.lake_path, args.topic,
+                             storage_options=config.storage.options)
         batches = latest.table.sort_by([("partition", "ascending"), ("offset", "ascending")])
         count = write(batches.to_batches(), sys.stdout, args.format, args.key_format,
                       args.value_format)
         version, ends = latest.version, latest.next_offsets
     else:
-        snap = open_log(config.lake_path, args.topic)
+        snap = open_log(config.lake_path, args.topic, storage_options=config.storage.options)
         count = write(snap.batches(starts), sys.stdout, args.format, args.key_format,
                       args.value_format)
         version, ends = snap.version, snap.next_offsets
@@ -219,7 +220,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
         time.sleep(args.watch)
 
 
-_SECRET = ("password", "secret", "token", "key.pem", "private", "credential")
+_SECRET = ("password", "secret", "token", "key.pem", "private", "credential",
+           # object storage: AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT_KEY, SAS keys, ...
+           "access_key", "account_key", "sas_key", "service_account_key")
 
 
 def _redact(key: str, value: str) -> str:
@@ -247,6 +250,7 @@ def _cmd_describe_config(args: argparse.Namespace) -> int:
         "metrics.port": config.metrics_port,
         **{f"kafka.{k}": _redact(k, v) for k, v in sorted(config.kafka.items())},
         **{k: _redact(k, v) for k, v in sorted(config.spark.items())},
+        **{f"lake.storage.{k}": _redact(k, v) for k, v in sorted(config.storage.options.items())},
     }
     described: dict[str, dict[str, dict[str, object]]] = {}
     for name in topics:

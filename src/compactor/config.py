@@ -24,6 +24,7 @@ from typing import Any
 
 from compactor.exceptions import ConfigError
 from compactor.properties import load_properties
+from compactor.storage import LOCAL, REMOTE_SCHEMES, Storage, is_local, scheme
 
 LONG_MAX = 2**63 - 1
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -234,6 +235,14 @@ class DownstreamTable:
             return None
 
 
+def _check_lake_uri(key: str, uri: str) -> None:
+    if not is_local(uri) and scheme(uri) not in REMOTE_SCHEMES:
+        raise ConfigError(
+            key, uri, "must be a local path, a file:// URI or object storage "
+            f"({', '.join(s + '://' for s in REMOTE_SCHEMES)})",
+            "see 'Object storage' in the README")
+
+
 _DOWNSTREAM_KEY = re.compile(
     r"^downstream\.([A-Za-z0-9_-]+)\.(path|topic|key\.column|key\.format)$")
 
@@ -253,6 +262,7 @@ def _downstream(raw: Mapping[str, str], topics: tuple[str, ...]) -> tuple[Downst
         if attrs["topic"] not in topics:
             raise ConfigError(f"downstream.{name}.topic", attrs["topic"],
                               "is not one of the mirrored topics", f"topics={','.join(topics)}")
+        _check_lake_uri(f"downstream.{name}.path", attrs["path"])
         fmt = attrs.get("key.format", "string")
         field_name = None
         if fmt.startswith("json:") and len(fmt) > len("json:"):
@@ -296,6 +306,7 @@ class CompactorConfig:
     metrics_port: int = 0
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
+    storage: Storage = LOCAL  # lake.storage.*: delta-rs storage options for remote lakes
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     topic_configs: Mapping[str, TopicConfig] = field(default_factory=dict)
     downstream: tuple[DownstreamTable, ...] = ()
@@ -361,6 +372,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     pipeline: dict[str, Any] = {}
     kafka: dict[str, str] = {}
     spark: dict[str, str] = {"spark.master": "local[*]"}
+    storage: dict[str, str] = {}
     cleaner: dict[str, Any] = {}
     layers: dict[str, dict[str, Any]] = {"": {}, "log": {}}
     broker_raw: dict[str, str] = {}
@@ -370,6 +382,8 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
             kafka[key[len("kafka.") :]] = value
         elif key.startswith("spark."):
             spark[key] = value
+        elif key.startswith("lake.storage."):
+            storage[key[len("lake.storage.") :]] = value
         elif key.startswith("topic."):
             split = _split_topic_key(key)
             if split is None:
@@ -428,13 +442,13 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     lake = pipeline["lake.path"]
     if not lake:
         raise ConfigError("lake.path", "", "must be a directory path or URI")
-    for key, value in (("lake.path", lake), ("checkpoint.path", pipeline["checkpoint.path"])):
-        if value and "://" in value and not value.startswith("file://"):
-            raise ConfigError(
-                key, value, "must be a local path or a file:// URI in this version",
-                "mount object storage (s3fs, blobfuse, gcsfuse) or a shared file system and "
-                "give its local path; see 'Object storage' in the README",
-            )
+    _check_lake_uri("lake.path", lake)
+    if not is_local(lake) and not pipeline["checkpoint.path"]:
+        raise ConfigError(
+            "checkpoint.path", "", f"must be set when lake.path is object storage ({lake})",
+            "give a local directory, or a URI your Spark's Hadoop can write (hdfs://, or "
+            "s3a:// with the hadoop-aws jars on the classpath); see 'Object storage' in the "
+            "README")
     checkpoint = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
     if not pipeline["checkpoint.path"] and "checkpoints" in topics:
         raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",
@@ -454,6 +468,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         metrics_port=pipeline["metrics.port"],
         kafka=MappingProxyType(kafka),
         spark=MappingProxyType(spark),
+        storage=Storage(MappingProxyType(storage)),
         cleaner=CleanerConfig(**cleaner),
         topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in layers.items()}),
         downstream=_downstream(raw, topics),

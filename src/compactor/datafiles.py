@@ -10,17 +10,20 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 
 from compactor.exceptions import LakeError
-from compactor.layout import data_file_name, is_local, local_path
+from compactor.layout import data_file_name, join
+from compactor.storage import Storage, is_local, local_path
 
 NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
 
@@ -106,23 +109,27 @@ def file_stats(table: pa.Table) -> str:
     return stats.json()
 
 
-def _full_path(table_root: str, relative: str) -> str:
-    if not is_local(table_root):
-        raise LakeError(f"lake path {table_root}: only local paths are written in this version")
-    return os.path.join(local_path(table_root), relative)
-
-
 class DataFileBuilder:
-    """Streams batches into one data file; named and described once it is complete."""
+    """Streams batches into one data file; named and described once it is complete.
+
+    The name holds the last offset, known only at the end, so the file is written under a
+    temporary name first: beside its final place on a local disk (then renamed), in the
+    local temporary directory for object storage (then uploaded once under its final name).
+    """
 
     def __init__(self, table_root: str, directory: str, table: str = "log",
-                 partition_values: Mapping[str, str] | None = None) -> None:
+                 partition_values: Mapping[str, str] | None = None, *,
+                 storage: Storage) -> None:
         self._root = table_root
         self._directory = directory
         self._table = table
         self._partition_values = dict(partition_values or {})
-        self._tmp = _full_path(table_root, f"{directory}/.tmp-{uuid.uuid4().hex}.parquet"
-                               if directory else f".tmp-{uuid.uuid4().hex}.parquet")
+        self._storage = storage
+        spool = f".tmp-{uuid.uuid4().hex}.parquet"
+        if is_local(table_root):
+            self._tmp = os.path.join(local_path(table_root), directory, spool)
+        else:
+            self._tmp = os.path.join(tempfile.gettempdir(), f"compactor{spool}")
         self._writer: pq.ParquetWriter | None = None
         self._stats = _Stats()
         self._record_bytes = 0
@@ -150,10 +157,26 @@ class DataFileBuilder:
         name = data_file_name(self._stats.lo["offset"], self._stats.hi["offset"],
                               self._record_bytes)
         relative = f"{self._directory}/{name}" if self._directory else name
-        final = _full_path(self._root, relative)
-        os.replace(self._tmp, final)
-        return WrittenFile(self._table, relative, os.path.getsize(final), self._partition_values,
+        size = os.path.getsize(self._tmp)
+        if is_local(self._root):
+            os.replace(self._tmp, os.path.join(local_path(self._root), relative))
+        else:
+            self._upload(relative)
+        return WrittenFile(self._table, relative, size, self._partition_values,
                            self._stats.json(), self._stats.records, self._record_bytes)
+
+    def _upload(self, relative: str) -> None:
+        fs, path = self._storage.filesystem(join(self._root, relative))
+        try:
+            # Through Arrow's own copy: delta-rs's stream takes bytes, not what
+            # NativeFile.write hands it from Python.
+            pafs.copy_files(self._tmp, path, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=fs)
+        except (OSError, pa.ArrowException) as exc:
+            raise LakeError(f"cannot upload data file {join(self._root, relative)}: {exc}") \
+                from exc
+        finally:
+            os.remove(self._tmp)
 
     def abort(self) -> None:
         if self._writer is not None:
@@ -163,10 +186,10 @@ class DataFileBuilder:
 
 
 def write_data_file(table_root: str, directory: str, table: pa.Table, record_bytes: int,
-                    kind: str = "log",
-                    partition_values: Mapping[str, str] | None = None) -> WrittenFile:
+                    kind: str = "log", partition_values: Mapping[str, str] | None = None,
+                    *, storage: Storage) -> WrittenFile:
     """Write one complete table as one data file."""
-    builder = DataFileBuilder(table_root, directory, kind, partition_values)
+    builder = DataFileBuilder(table_root, directory, kind, partition_values, storage=storage)
     builder.write(table, record_bytes)
     written = builder.close()
     if written is None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
+from deltalake import Transaction
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig, DownstreamTable
@@ -56,7 +56,7 @@ def check_downstream(config: CompactorConfig) -> None:
     """Refuse downstream tables that cannot be erased in time (or at all)."""
     for d in config.downstream:
         key = f"downstream.{d.name}.path"
-        table = open_table(d.path)
+        table = open_table(d.path, config.storage)
         if table is None:
             raise ConfigError(key, d.path, "is not a Delta table", "create it first")
         names = [f.name for f in table.schema().fields]
@@ -107,7 +107,8 @@ class DownstreamEraser:
         """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
         the last log offset it finished for each partition."""
         targets = [d for d in self.config.downstream if d.topic == topic]
-        log_table = open_table(topic_paths(self.config.lake_path, topic).log) if targets else None
+        log_table = open_table(topic_paths(self.config.lake_path, topic).log,
+                               self.config.storage) if targets else None
         if log_table is None:
             return {}
         logs = read_partition_logs(log_table)
@@ -120,7 +121,7 @@ class DownstreamEraser:
 
     def _apply(self, d: DownstreamTable, log_uri: str,
                logs: Mapping[int, PartitionLog]) -> dict[int, int]:
-        table = DeltaTable(d.path)
+        table = self.config.storage.table(d.path)
         ranges: dict[int, tuple[int, int]] = {}
         for partition, plog in logs.items():
             applied = table.transaction_version(
@@ -133,7 +134,8 @@ class DownstreamEraser:
             return {}
         keys: list[bytes] = []
         for partition, (lo, hi) in ranges.items():
-            rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"])
+            rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"],
+                                    self.config.storage)
             if rows.num_rows:
                 tombstones = pc.and_(pc.is_null(rows.column("value")),
                                      pc.is_valid(rows.column("key")))

@@ -31,6 +31,7 @@ from deltalake.transaction import CommitProperties
 
 from compactor.exceptions import LakeError
 from compactor.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
+from compactor.storage import Storage
 
 WRITER_APP_ID = "compactor-writer"
 
@@ -39,9 +40,9 @@ class FencedError(LakeError):
     """A newer ``compactor run`` claimed the topic's log; this one must stop."""
 
 
-def claim(log_path: str) -> int:
+def claim(log_path: str, storage: Storage) -> int:
     """Step 1: take the next generation of ``log_path``; returns it."""
-    table = ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS)
+    table = ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=storage)
     current = table.transaction_version(WRITER_APP_ID)
     mine = (current or 0) + 1
     try:

@@ -70,7 +70,7 @@ class Incarnations:
                             "detected only when its offsets fall behind the mirror", topic)
                 continue
             path = topic_paths(self._config.lake_path, topic).log
-            table = open_table(path)
+            table = open_table(path, self._config.storage)
             if table is None:
                 raise LakeError(f"lake log {path} does not exist yet; create it before claiming")
             recorded = table.metadata().configuration.get(TOPIC_ID_PROPERTY)

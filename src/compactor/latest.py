@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
+from deltalake import Transaction
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
@@ -91,10 +91,11 @@ def latest_per_key(records: pa.Table) -> pa.Table:
 def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
     paths = topic_paths(config.lake_path, topic)
-    log_table = open_table(paths.log)
+    log_table = open_table(paths.log, config.storage)
     if log_table is None:
         return LatestStats()
-    table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST)
+    table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
+                         storage=config.storage)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
@@ -104,7 +105,8 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
         ranges[partition] = (lo, plog.committed_offset)
-        rows = read_offsets(log_table.table_uri, plog, lo, plog.committed_offset, columns)
+        rows = read_offsets(log_table.table_uri, plog, lo, plog.committed_offset, columns,
+                            config.storage)
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:
@@ -114,7 +116,7 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
     txns = [Transaction(TABLE_APP_ID.format(partition=p), hi) for p, (_, hi) in ranges.items()]
     try:
         metrics = (
-            DeltaTable(paths.table).merge(
+            config.storage.table(paths.table).merge(
                 source, predicate="t.key = s.key", source_alias="s", target_alias="t",
                 commit_properties=CommitProperties(app_transactions=txns),
             )

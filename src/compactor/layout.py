@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
+from compactor.storage import Storage, is_local, local_path
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -104,18 +105,10 @@ def record_bytes_of(path: str, size_bytes: int) -> int:
     return int(match.group(3)) if match else size_bytes
 
 
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def local_path(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
-
-
-def open_table(path: str) -> DeltaTable | None:
+def open_table(path: str, storage: Storage) -> DeltaTable | None:
     """The table at ``path``, or None when no table has been created there yet."""
     try:
-        return DeltaTable(path)
+        return storage.table(path)
     except TableNotFoundError:
         return None
     except Exception as exc:  # delta-rs raises several classes for a broken log
@@ -130,9 +123,10 @@ def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
 
 
 def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
-                 properties: dict[str, str] | None = None) -> DeltaTable:
+                 properties: dict[str, str] | None = None,
+                 *, storage: Storage) -> DeltaTable:
     """Open the table, creating it (empty, with the product's properties) when absent."""
-    table = open_table(path)
+    table = open_table(path, storage)
     if table is not None:
         return table
     if is_local(path):
@@ -147,7 +141,7 @@ def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
         return DeltaTable.create(
             path, schema, partition_by=partition_by,
             configuration=properties if properties is not None else TABLE_PROPERTIES,
-            mode="ignore",
+            mode="ignore", storage_options=storage.delta_options(path),
         )
     except Exception as exc:
         raise LakeError(f"cannot create Delta table {path}: {exc}") from exc

@@ -106,10 +106,11 @@ class ErasureLedger:
 
     def record_tombstones(self, topic: str) -> int:
         """Append the tombstones the log committed since the last scan; returns how many."""
-        log_table = open_table(topic_paths(self._config.lake_path, topic).log)
+        log_table = open_table(topic_paths(self._config.lake_path, topic).log, self._config.storage)
         if log_table is None:
             return 0
-        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES)
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                              storage=self._config.storage)
         salt = str(log_table.metadata().id).encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
@@ -123,7 +124,7 @@ class ErasureLedger:
                 continue
             moved[partition] = hi
             rows = read_offsets(log_table.table_uri, plog, lo, hi,
-                                ["key", "value", "offset", "timestamp"])
+                                ["key", "value", "offset", "timestamp"], self._config.storage)
             if not rows.num_rows:
                 continue
             rows = rows.filter(pc.and_(pc.is_null(rows.column("value")),
@@ -148,18 +149,20 @@ class ErasureLedger:
         )
         txns = [Transaction(LEDGER_APP_ID.format(partition=p), hi) for p, hi in moved.items()]
         write_deltalake(self._path(topic), table, mode="append",
-                        commit_properties=CommitProperties(app_transactions=txns))
+                        commit_properties=CommitProperties(app_transactions=txns),
+                        storage_options=self._config.storage.delta_options(self._path(topic)))
         return len(found)
 
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
                     now_ms: int | None = None) -> None:
         """``target`` finished every tombstone of each partition up to the given offset."""
-        if not upto or open_table(self._path(topic)) is None:
+        if not upto or open_table(self._path(topic), self._config.storage) is None:
             return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
                       target=[target] * len(upto), atMs=[now] * len(upto))
-        write_deltalake(self._path(topic), table, mode="append")
+        write_deltalake(self._path(topic), table, mode="append",
+                        storage_options=self._config.storage.delta_options(self._path(topic)))
 
     def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
         """Write the done events a crash lost, from each target's own committed progress.
@@ -190,7 +193,7 @@ class ErasureLedger:
                     d.path, ERASE_APP_ID.replace("{topic}", topic), 0)
         recorded: dict[str, dict[int, int]] = {}
         for target, (path, app_id, shift) in sources.items():
-            table = open_table(path)
+            table = open_table(path, self._config.storage)
             if table is None:
                 continue
             upto: dict[int, int] = {}
@@ -213,7 +216,7 @@ class ErasureLedger:
                                    if d.topic == topic]
 
     def _events(self, topic: str) -> list[dict[str, Any]]:
-        table = open_table(self._path(topic))
+        table = open_table(self._path(topic), self._config.storage)
         return read_table(table).to_pylist() if table is not None else []
 
     def erasures(self, topic: str) -> list[Erasure]:

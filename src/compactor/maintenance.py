@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake import DeltaTable, Transaction
+from deltalake import Transaction
 from deltalake.transaction import CommitProperties, RemoveAction
 
 from compactor import fencing, uncleanable
@@ -107,7 +107,7 @@ class LogMaintenance:
         self._spark = spark
         self._config = config
         self._lock = commit_lock or threading.Lock()
-        self._vacuum = Vacuum()
+        self._vacuum = Vacuum(config.storage)
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
         self._ledger = ErasureLedger(config)
@@ -135,7 +135,8 @@ class LogMaintenance:
             tc = self._config.topic(topic)
             if not tc.compact:
                 continue
-            table = open_table(topic_paths(self._config.lake_path, topic).log)
+            table = open_table(topic_paths(self._config.lake_path, topic).log,
+                               self._config.storage)
             if table is None:
                 continue
             for plog in read_partition_logs(table).values():
@@ -159,7 +160,8 @@ class LogMaintenance:
         cleaner = self._config.cleaner
         for topic in topics:
             tc = self._config.topic(topic)
-            table = open_table(topic_paths(self._config.lake_path, topic).log)
+            table = open_table(topic_paths(self._config.lake_path, topic).log,
+                               self._config.storage)
             if table is None:
                 continue
             for partition, plog in read_partition_logs(table).items():
@@ -181,6 +183,7 @@ class LogMaintenance:
                     buffer_bytes=cleaner.dedupe_buffer_size // cleaner.threads,
                     load_factor=cleaner.io_buffer_load_factor,
                     io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
+                    storage=self._config.storage,
                 ), plog.cleaner_offset)))
         order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
         planned.sort(key=lambda item: order.get(id(item[0]), len(order)))
@@ -244,7 +247,7 @@ class LogMaintenance:
             self.uncleanable[key] = result.error
             log.error("%s-%d is uncleanable: %s", *key, result.error)
             with self._lock:  # recorded in the log, for 'compactor status'
-                table = DeltaTable(item.plan.log_path)
+                table = self._config.storage.table(item.plan.log_path)
                 fencing.check(table, self.generations.get(result.topic))
                 if not uncleanable.is_marked(table, result.partition):
                     uncleanable.mark(table, result.partition, result.error)
@@ -252,7 +255,7 @@ class LogMaintenance:
         self.uncleanable.pop(key, None)
         app_id = CLEANER_APP_ID.format(partition=result.partition)
         nothing = not result.removed and not result.added and result.checkpoint == item.checkpoint
-        if nothing and not uncleanable.is_marked(DeltaTable(item.plan.log_path),
+        if nothing and not uncleanable.is_marked(self._config.storage.table(item.plan.log_path),
                                                  result.partition):
             return False
         now_ms = int(time.time() * 1000)
@@ -263,7 +266,7 @@ class LogMaintenance:
         ]
         actions += [add_action(f, now_ms) for f in result.added]
         with self._lock:
-            table = DeltaTable(item.plan.log_path)
+            table = self._config.storage.table(item.plan.log_path)
             fencing.check(table, self.generations.get(result.topic))
             if table.transaction_version(app_id) != item.checkpoint:
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
@@ -300,7 +303,7 @@ class LogMaintenance:
         ours = [paths.log, paths.table]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
         for path in ours + theirs:
-            table = open_table(path)
+            table = open_table(path, self._config.storage)
             if table is None:
                 continue
             # Vacuum commits too: under the lock, so it never races this process's MERGEs.

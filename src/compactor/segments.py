@@ -16,6 +16,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compactor.layout import CLEANER_APP_ID, INGEST_APP_ID, record_bytes_of
+from compactor.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ def read_partition_logs(
 
 
 def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
-                 columns: list[str]) -> pa.Table:
+                 columns: list[str], storage: Storage) -> pa.Table:
     """The log records of one partition with ``after < offset <= upto``, from its files.
 
     ``columns`` must include ``offset``; a ``partition`` column is added (files do not
@@ -320,14 +321,15 @@ def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from compactor.layout import join, local_path
+    from compactor.layout import join
 
     parts = []
     for seg in plog.segments:
         for f in seg.files:
             if f.last_offset <= after or f.first_offset > upto:
                 continue
-            table = pq.read_table(local_path(join(log_uri, f.path)), columns=columns)
+            fs, path = storage.filesystem(join(log_uri, f.path))
+            table = pq.read_table(path, columns=columns, filesystem=fs)
             offsets = table.column("offset")
             table = table.filter(pc.and_(pc.greater(offsets, after),
                                          pc.less_equal(offsets, upto)))

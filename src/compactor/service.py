@@ -90,7 +90,8 @@ class Service:
         cleaner = (LogMaintenance(spark, self.config, self.commit_lock,
                                   nothing_in_flight=lambda: not mirror.in_batch)
                    if self.config.cleaner.enable else None)
-        generations = {t: fencing.claim(topic_paths(self.config.lake_path, t).log)
+        generations = {t: fencing.claim(
+            topic_paths(self.config.lake_path, t).log, self.config.storage)
                        for t in self.config.topics}
         mirror.generations.update(generations)
         if cleaner is not None:

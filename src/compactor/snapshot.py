@@ -42,18 +42,18 @@ from compactor.layout import (
     KAFKA_SCHEMA,
     TABLE_APP_ID,
     join,
-    local_path,
     read_table,
     topic_paths,
 )
 from compactor.segments import PartitionLog, read_partition_logs
+from compactor.storage import LOCAL, Storage
 
 _FILE_COLUMNS = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
 
 
-def _open(path: str, what: str, version: int | None) -> DeltaTable:
+def _open(path: str, what: str, version: int | None, storage: Storage) -> DeltaTable:
     try:
-        return DeltaTable(path, version=version)
+        return storage.table(path, version)
     except Exception as exc:
         raise LakeError(
             f"cannot open the {what} {path}"
@@ -70,6 +70,7 @@ class LogSnapshot:
     log_uri: str
     version: int
     partitions: Mapping[int, PartitionLog]
+    storage: Storage = LOCAL
 
     @property
     def next_offsets(self) -> dict[int, int]:
@@ -111,9 +112,10 @@ class LogSnapshot:
         return pa.Table.from_batches(list(self.batches(from_offsets)), schema=KAFKA_SCHEMA)
 
     def _read_file(self, relative: str) -> pa.Table:
-        path = local_path(join(self.log_uri, relative))
+        path = join(self.log_uri, relative)
+        fs, where = self.storage.filesystem(path)
         try:
-            return pq.read_table(path, columns=_FILE_COLUMNS)
+            return pq.read_table(where, columns=_FILE_COLUMNS, filesystem=fs)
         except FileNotFoundError as exc:
             raise LakeError(
                 f"{path}: a file of snapshot version {self.version} of {self.log_uri} was "
@@ -145,10 +147,15 @@ class LatestSnapshot:
         return assigned_consumer(self.topic, self.next_offsets, bootstrap_servers, config)
 
 
-def open_log(lake_path: str, topic: str, version: int | None = None) -> LogSnapshot:
-    """Pin the topic's compacted log at ``version`` (default: the newest)."""
+def open_log(lake_path: str, topic: str, version: int | None = None,
+             storage_options: Mapping[str, str] | None = None) -> LogSnapshot:
+    """Pin the topic's compacted log at ``version`` (default: the newest).
+
+    ``storage_options``: delta-rs's, for a lake on object storage (as ``lake.storage.*``).
+    """
+    storage = Storage(dict(storage_options or {}))
     log_uri = topic_paths(lake_path, topic).log
-    table = _open(log_uri, "log", version)
+    table = _open(log_uri, "log", version, storage)
     logs = read_partition_logs(table)
     # A partition whose records retention removed keeps its ingest transaction: probe the
     # partition numbers up to the highest with files, and past it while transactions exist.
@@ -157,16 +164,18 @@ def open_log(lake_path: str, topic: str, version: int | None = None) -> LogSnaps
         probe.add(len(probe))
     if probe - set(logs):
         logs = read_partition_logs(table, probe)
-    return LogSnapshot(topic, log_uri, table.version(), logs)
+    return LogSnapshot(topic, log_uri, table.version(), logs, storage)
 
 
-def open_latest(lake_path: str, topic: str, version: int | None = None) -> LatestSnapshot:
+def open_latest(lake_path: str, topic: str, version: int | None = None,
+                storage_options: Mapping[str, str] | None = None) -> LatestSnapshot:
     """Pin the topic's latest-value table; its end offsets come from the same version."""
+    storage = Storage(dict(storage_options or {}))
     paths = topic_paths(lake_path, topic)
-    table = _open(paths.table, "latest-value table", version)
+    table = _open(paths.table, "latest-value table", version, storage)
     rows = read_table(table)
     # Every partition the log knows; one the table never merged starts at offset 0.
-    partitions = set(read_partition_logs(_open(paths.log, "log", None)))
+    partitions = set(read_partition_logs(_open(paths.log, "log", None, storage)))
     if rows.num_rows:
         partitions.update(pc.unique(rows.column("partition")).to_pylist())
     ends = {}

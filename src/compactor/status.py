@@ -86,7 +86,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
     topics = []
     for topic in config.topics:
         tc = config.topic(topic)
-        table = open_table(topic_paths(config.lake_path, topic).log)
+        table = open_table(topic_paths(config.lake_path, topic).log, config.storage)
         logs = read_partition_logs(table) if table is not None else {}
         stuck = uncleanable.read(table, logs) if table is not None else {}
         partitions = []

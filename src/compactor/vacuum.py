@@ -12,13 +12,13 @@ also deletes orphans of erasure-deadline topics once they pass the grace.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
-from compactor.layout import is_local, join, local_path
+from compactor.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +41,20 @@ def ensure_grace(table: DeltaTable, grace_ms: int) -> None:
 class Vacuum:
     """Runs lite vacuum every time and full (orphan) vacuum at most once an hour per table."""
 
-    def __init__(self) -> None:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
         self._last_full: dict[str, float] = {}
 
-    @staticmethod
-    def _existing(table: DeltaTable, path: str, full: bool) -> list[str]:
+    def _existing(self, table: DeltaTable, path: str, full: bool) -> list[str]:
         """What vacuum would delete; delta-rs lists files again after deleting them, so only
-        those still on disk count."""
+        those still stored count."""
         listed = table.vacuum(dry_run=True, full=full, enforce_retention_duration=True)
-        return [f for f in listed
-                if not is_local(path) or os.path.exists(join(local_path(path), f))]
+        if not listed:
+            return []
+        fs, root = self._storage.filesystem(path)
+        infos = fs.get_file_info([f"{root.rstrip('/')}/{f}" for f in listed])
+        return [f for f, info in zip(listed, infos, strict=True)
+                if info.type != pafs.FileType.NotFound]
 
     def run(self, path: str, grace_ms: int, dry_run: bool = False,
             orphans_past_grace: bool = False) -> list[str]:
@@ -62,7 +66,7 @@ class Vacuum:
         """
         orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
         try:
-            table = DeltaTable(path)
+            table = self._storage.table(path)
             deleted = self._existing(table, path, full=False)
             if deleted and not dry_run:
                 table.vacuum(dry_run=False, enforce_retention_duration=True)

@@ -46,6 +46,7 @@ from compactor.layout import (
     topic_paths,
 )
 from compactor.segments import ActiveSegment, SegmentRoller, read_partition_logs, record_sizes
+from compactor.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class PartitionPlan:
     roll_ms: int
     compact: bool
     now_ms: int
+    storage: Storage
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> Written
     return write_data_file(
         plan.log_path, f"partition={plan.partition}/segment={segment}", table,
         buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
+        storage=plan.storage,
     )
 
 
@@ -106,7 +109,7 @@ def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> Writte
         "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
     )
     sizes = sum(int(record_sizes(b).sum()) for b in batches)
-    return write_data_file(plan.rejected_path, "", table, sizes, "rejected")
+    return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
 
 
 def write_range(
@@ -181,8 +184,10 @@ def plan_ranges(
     for topic, parts in sorted(by_topic.items()):
         tc = config.topic(topic)
         paths = topic_paths(config.lake_path, topic)
-        log_table = ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS)
-        rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None)
+        log_table = ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS,
+                                 storage=config.storage)
+        rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None,
+                                      storage=config.storage)
         logs = read_partition_logs(log_table, [p for p, _, _ in parts])
         for partition, start, end in sorted(parts):
             plog = logs[partition]
@@ -196,7 +201,7 @@ def plan_ranges(
                     INGEST_APP_ID.format(partition=partition)),
                 active=plog.writer_segment(tc.roll_ms, now_ms),
                 segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
-                now_ms=now_ms,
+                now_ms=now_ms, storage=config.storage,
             ))
     return plans
 
@@ -277,13 +282,13 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
         paths = topic_paths(config.lake_path, topic)
         # One snapshot of the log serves the fencing check and the log commit: nothing of
         # this process commits to the log in between (the commit lock is held).
-        log_table = DeltaTable(paths.log)
+        log_table = config.storage.table(paths.log)
         fencing.check(log_table, (generations or {}).get(topic))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine
                         if any(f.table == "rejected" for f in r.files)}
-            _commit(DeltaTable(paths.rejected), paths.rejected, REJECTED_SCHEMA, None,
+            _commit(config.storage.table(paths.rejected), paths.rejected, REJECTED_SCHEMA, None,
                     rejected, versions, now_ms)
         log_files = [f for r in mine for f in r.files if f.table == "log"]
         _commit(log_table, paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,

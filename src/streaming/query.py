@@ -48,7 +48,7 @@ def starting_offsets(config: CompactorConfig) -> str:
     for topic, partition in reader.partitions(list(config.topics), None):
         offsets.setdefault(topic, {})[str(partition)] = default
     for topic in config.topics:
-        table = open_table(topic_paths(config.lake_path, topic).log)
+        table = open_table(topic_paths(config.lake_path, topic).log, config.storage)
         if table is None:
             continue
         for partition, plog in read_partition_logs(table).items():

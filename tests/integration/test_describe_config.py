@@ -16,7 +16,8 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
         "lake.path": str(tmp_path / "lake"), "delete.retention.ms": "1234",
         f"topic.{topic}.min.compaction.lag.ms": "42", "log.retention.ms": "777",
-        "kafka.sasl.password": "hunter2-secret", "kafka.client.id": "mirror-7"})
+        "kafka.sasl.password": "hunter2-secret", "kafka.client.id": "mirror-7",
+        "lake.storage.AWS_SECRET_ACCESS_KEY": "hunter2-s3", "lake.storage.AWS_REGION": "eu-west-1"})
     result = subprocess.run([sys.executable, "-m", "compactor.cli", "describe-config",
                              "--config", str(conf), "--json"], capture_output=True, text=True,
                             timeout=120)
@@ -32,6 +33,8 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert entries["max.compaction.lag.ms"]["source"] == "kafka default"
     assert described["pipeline"]["kafka.sasl.password"] == "[redacted]"
     assert described["pipeline"]["kafka.client.id"] == "mirror-7"
+    assert described["pipeline"]["lake.storage.AWS_SECRET_ACCESS_KEY"] == "[redacted]"
+    assert described["pipeline"]["lake.storage.AWS_REGION"] == "eu-west-1"
 
     table = subprocess.run([sys.executable, "-m", "compactor.cli", "describe-config",
                             "--config", str(conf)], capture_output=True, text=True, timeout=120)

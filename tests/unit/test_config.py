@@ -99,13 +99,26 @@ def test_conflict_found_only_after_broker_values_is_refused() -> None:
     ("fail.on.data.loss", "yes", "true or false"),
     ("log.cleaner.dedupe.buffer.size", "1", ">= 24"),
     ("starting.offsets", "middle", "'earliest' or 'latest'"),
-    ("lake.path", "s3://bucket/lake", "a local path or a file:// URI"),
-    ("checkpoint.path", "abfss://c@a.dfs.core.windows.net/ck", "a local path or a file:// URI"),
+    ("lake.path", "ftp://host/lake", "a local path, a file:// URI or object storage"),
+    ("lake.path", "s3://bucket/lake", "must be set when lake.path is object storage"),
 ])
 def test_invalid_values_name_key_value_and_rule(key: str, value: str, rule: str) -> None:
     with pytest.raises(ConfigError) as info:
         config(**{key: value})
     assert key in str(info.value) and value in str(info.value) and rule in str(info.value)
+
+
+def test_object_storage_lake_takes_storage_options() -> None:
+    cfg = config(**{"lake.path": "s3://bucket/lake", "checkpoint.path": "/var/ck",
+                    "lake.storage.AWS_REGION": "eu-west-1",
+                    "lake.storage.AWS_ENDPOINT_URL": "http://minio:9000"})
+    assert dict(cfg.storage.options) == {"AWS_REGION": "eu-west-1",
+                                         "AWS_ENDPOINT_URL": "http://minio:9000"}
+    assert cfg.storage.delta_options("s3://bucket/lake/t/log") == dict(cfg.storage.options)
+    assert cfg.storage.delta_options("/local/table") is None  # local tables take none
+    with pytest.raises(ConfigError, match="downstream.d.path.*object storage"):
+        config(**{"downstream.d.path": "hdfs://nn/marts", "downstream.d.topic": "orders",
+                  "downstream.d.key.column": "id"})
 
 
 def test_unknown_key_suggests_the_closest() -> None:
