@@ -24,14 +24,9 @@ from compactor.segments import read_partition_logs
 from compactor.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.test_cli import compactor, write_config
+from tests.integration.test_metrics import free_port
 
 BUCKET = "lake"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
@@ -47,7 +42,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """An S3 endpoint with one bucket; the delta-rs storage options that reach it."""
     import boto3
 
-    port = _free_port()
+    port = free_port()
     log = (tmp_path_factory.mktemp("moto") / "moto.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
                              "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
