@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -116,7 +117,11 @@ class LogSnapshot:
         fs, where = self.storage.filesystem(path)
         try:
             return pq.read_table(where, columns=_FILE_COLUMNS, filesystem=fs)
-        except FileNotFoundError as exc:
+        except (OSError, pa.ArrowException) as exc:
+            # Object stores do not all raise FileNotFoundError for a missing object: ask.
+            if fs.get_file_info(where).type != pafs.FileType.NotFound:
+                raise LakeError(f"cannot read {path} of snapshot version {self.version}: "
+                                f"{exc}") from exc
             raise LakeError(
                 f"{path}: a file of snapshot version {self.version} of {self.log_uri} was "
                 "vacuumed (a newer version replaced it more than vacuum.grace.ms ago); open a "

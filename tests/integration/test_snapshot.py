@@ -214,3 +214,20 @@ def test_read_cli_prints_records_and_refuses_what_does_not_fit(
     assert "--key-format hex or base64" in bad.stderr
     wrong = read("--from-offset", "0=5")
     assert wrong.returncode == 2 and "must be PARTITION:OFFSET" in wrong.stderr
+
+
+def test_a_snapshot_whose_file_was_vacuumed_says_so(tmp_path) -> None:
+    """A read that outlives vacuum.grace.ms fails with a message naming the cause and the fix."""
+    from pathlib import Path
+
+    from tests.lake import append, offline_config
+
+    config = offline_config(str(tmp_path / "lake"), "users")
+    now = int(time.time() * 1000)
+    append(config, "users", 0, [(o, b"k%d" % o, b"v", now) for o in range(5)], now)
+    snap = open_log(config.lake_path, "users")
+    assert snap.read().num_rows == 5
+    for f in Path(snap.log_uri).glob("partition=0/**/*.parquet"):
+        f.unlink()  # what vacuum does once a newer version replaced the file
+    with pytest.raises(LakeError, match="was vacuumed.*open a new snapshot"):
+        snap.read()
