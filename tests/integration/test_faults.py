@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from compactor.admin import resolve_config
 from compactor.config import build_config
 from compactor.ledger import ErasureLedger
 from compactor.segments import read_partition_logs
@@ -288,8 +289,12 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
         events = ledger._events(topic)
         done = {(e["target"], e["partition"]): e["offset"] for e in events
                 if e["event"] == "done"}
-        stuck = [(p.partition, p.uncleanable_reason, p.first_dirty_offset)
-                 for p in collect_status(config, ask_broker=False)[0][0].partitions]
+        try:
+            stuck: object = [(p.partition, p.uncleanable_reason, p.first_dirty_offset)
+                             for p in collect_status(resolve_config(config),
+                                                     ask_broker=False)[0][0].partitions]
+        except Exception as exc:  # the report must not hide the timeout
+            stuck = f"status failed: {exc!r}"
         raise AssertionError(
             f"{waiting}; {len(ledger.erasures(topic))} in the ledger, {len(pending)} pending, "
             f"first pending {[(e.partition, e.offset) for e in pending[:5]]}; last done per "
