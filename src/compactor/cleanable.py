@@ -70,7 +70,10 @@ class CleanableRange:
         return self.must_clean or self.dirty_ratio > self.min_cleanable_ratio or self.tombstones_due
 
 
-def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int) -> CleanableRange:
+def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int,
+                    read_upto: int | None = None) -> CleanableRange:
+    """``read_upto``: the last offset every tombstone reader has read (``tombstones``); no
+    segment holding a later offset is cleanable. None: no bound (what status shows)."""
     active = active_segment(plog, tc.roll_ms, now_ms)
     closed = [s for s in plog.segments if s is not active]
     start, end = plog.log_start_offset, plog.log_end_offset
@@ -84,6 +87,10 @@ def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int) -> Cleanab
             if seg.max_timestamp_ms > now_ms - tc.min_compaction_lag_ms:
                 uncleanable = min(uncleanable, seg.base_offset)
                 break
+    if read_upto is not None:
+        unread = [s.base_offset for s in plog.segments if s.last_offset > read_upto]
+        if unread:
+            uncleanable = min(uncleanable, min(unread))
     uncleanable = max(first_dirty, uncleanable)
 
     clean = sum(s.record_bytes for s in plog.segments if s.last_offset < first_dirty)

@@ -102,6 +102,8 @@ class DownstreamEraser:
 
     config: CompactorConfig
     _scanned: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (table name, partition) -> why its tombstones could not be read at the last catch-up
+    failed: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def catch_up(self, topic: str) -> dict[str, dict[int, int]]:
         """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
@@ -119,34 +121,47 @@ class DownstreamEraser:
                 finished[d.name] = upto
         return finished
 
+    def read_upto(self, name: str) -> dict[int, int]:
+        """Per partition, the last log offset downstream table ``name`` has taken the
+        tombstones of (as far as this process knows: its last :meth:`catch_up`)."""
+        return {p: o for (n, p), o in self._scanned.items() if n == name}
+
     def _apply(self, d: DownstreamTable, log_uri: str,
                logs: Mapping[int, PartitionLog]) -> dict[int, int]:
-        table = self.config.storage.table(d.path)
+        table = open_table(d.path, self.config.storage)
+        if table is None:
+            raise LakeError(f"downstream table {d.name} at {d.path} is gone; erasures of "
+                            f"{d.topic} cannot be carried to it (restore it or remove its "
+                            "downstream.* keys)")
         ranges: dict[int, tuple[int, int]] = {}
         for partition, plog in logs.items():
             applied = table.transaction_version(
                 ERASE_APP_ID.format(topic=d.topic, partition=partition))
             lo = max(applied if applied is not None else -1,
                      self._scanned.get((d.name, partition), -1))
+            self._scanned[(d.name, partition)] = lo
             if plog.committed_offset is not None and plog.committed_offset > lo:
                 ranges[partition] = (lo, plog.committed_offset)
         if not ranges:
             return {}
         keys: list[bytes] = []
-        for partition, (lo, hi) in ranges.items():
-            rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"],
+        for partition, (lo, hi) in list(ranges.items()):
+            try:
+                rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"],
                                     self.config.storage)
+            except LakeError as exc:  # this partition waits; the others go on
+                self.failed[(d.name, partition)] = str(exc)
+                del ranges[partition]
+                continue
+            self.failed.pop((d.name, partition), None)
             if rows.num_rows:
                 tombstones = pc.and_(pc.is_null(rows.column("value")),
                                      pc.is_valid(rows.column("key")))
                 keys += rows.filter(tombstones).column("key").to_pylist()
         mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
-        for partition, (_, hi) in ranges.items():
-            self._scanned[(d.name, partition)] = hi
-        if not keys:
-            return {}
-        if not mapped:  # tombstones whose keys map to nothing: finished, nothing to delete
-            return {p: hi for p, (_, hi) in ranges.items()}
+        if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
+            self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
+            return {p: hi for p, (_, hi) in ranges.items()} if keys else {}
         key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
         source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
         txns = [Transaction(ERASE_APP_ID.format(topic=d.topic, partition=p), hi)
@@ -156,8 +171,9 @@ class DownstreamEraser:
                                    source_alias="s", target_alias="t",
                                    commit_properties=CommitProperties(app_transactions=txns))
                        .when_matched_delete().execute())
-        except Exception as exc:
+        except Exception as exc:  # the position stays: the next catch-up redoes the range
             raise LakeError(f"deleting erased keys from {d.path} failed: {exc}") from exc
+        self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
         count = int(metrics.get("num_target_rows_deleted", 0))
         log.info("downstream %s: %d tombstones applied, %d rows deleted", d.name, len(mapped),
                  count)

@@ -33,6 +33,7 @@ from deltalake import Transaction, write_deltalake
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
+from compactor.exceptions import LakeError
 from compactor.layout import ensure_table, open_table, read_table, topic_paths
 from compactor.segments import read_offsets, read_partition_logs
 
@@ -100,6 +101,8 @@ class ErasureLedger:
     def __init__(self, config: CompactorConfig) -> None:
         self._config = config
         self._scanned: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> why its tombstones could not be read at the last scan
+        self.failed: dict[tuple[str, int], str] = {}
 
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
@@ -119,12 +122,19 @@ class ErasureLedger:
         for partition, plog in read_partition_logs(log_table).items():
             done = ledger.transaction_version(LEDGER_APP_ID.format(partition=partition))
             lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
+            self._scanned[(topic, partition)] = lo
             hi = plog.committed_offset
             if hi is None or hi <= lo:
                 continue
+            try:
+                rows = read_offsets(log_table.table_uri, plog, lo, hi,
+                                    ["key", "value", "offset", "timestamp"],
+                                    self._config.storage)
+            except LakeError as exc:  # this partition waits; the others go on
+                self.failed[(topic, partition)] = str(exc)
+                continue
+            self.failed.pop((topic, partition), None)
             moved[partition] = hi
-            rows = read_offsets(log_table.table_uri, plog, lo, hi,
-                                ["key", "value", "offset", "timestamp"], self._config.storage)
             if not rows.num_rows:
                 continue
             rows = rows.filter(pc.and_(pc.is_null(rows.column("value")),
@@ -134,9 +144,8 @@ class ErasureLedger:
                                        rows.column("offset").to_pylist(),
                                        stamps.to_pylist(), strict=True):
                 found.append((partition, offset, key_digest(salt, key), ts))
-        for partition, hi in moved.items():
-            self._scanned[(topic, partition)] = hi
         if not found:
+            self._scanned.update({(topic, p): hi for p, hi in moved.items()})
             return 0
         deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
         table = _rows(
@@ -151,7 +160,13 @@ class ErasureLedger:
         write_deltalake(self._path(topic), table, mode="append",
                         commit_properties=CommitProperties(app_transactions=txns),
                         storage_options=self._config.storage.delta_options(self._path(topic)))
+        self._scanned.update({(topic, p): hi for p, hi in moved.items()})
         return len(found)
+
+    def read_upto(self, topic: str) -> dict[int, int]:
+        """Per partition, the last log offset whose tombstones this ledger has recorded (as
+        far as this process knows: the last :meth:`record_tombstones` call)."""
+        return {p: o for (t, p), o in self._scanned.items() if t == topic}
 
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
                     now_ms: int | None = None) -> None:

@@ -34,7 +34,7 @@ from compactor.cleanable import CleanableRange, active_segment, cleanable_range,
 from compactor.cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.config import CompactorConfig
 from compactor.datafiles import add_action
-from compactor.exceptions import LakeError
+from compactor.exceptions import CompactorError, LakeError
 from compactor.layout import (
     CLEANER_APP_ID,
     LOG_PARTITION_COLUMNS,
@@ -42,9 +42,9 @@ from compactor.layout import (
     open_table,
     topic_paths,
 )
-from compactor.ledger import ErasureLedger
 from compactor.retention import expired_segments
 from compactor.segments import read_partition_logs
+from compactor.tombstones import Carried, TombstoneReaders
 from compactor.vacuum import Vacuum, ensure_grace
 
 log = logging.getLogger(__name__)
@@ -103,14 +103,18 @@ class LogMaintenance:
 
     def __init__(self, spark: Any | None, config: CompactorConfig,
                  commit_lock: threading.Lock | None = None,
-                 nothing_in_flight: Callable[[], bool] | None = None) -> None:
+                 nothing_in_flight: Callable[[], bool] | None = None,
+                 readers: TombstoneReaders | None = None) -> None:
         self._spark = spark
         self._config = config
         self._lock = commit_lock or threading.Lock()
         self._vacuum = Vacuum(config.storage)
         self.uncleanable: dict[tuple[str, int], str] = {}
         self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
-        self._ledger = ErasureLedger(config)
+        # The ledger and downstream tables: caught up before each pass, which then cleans
+        # nothing they have not read (compactor.tombstones). The service shares the mirror's.
+        self._readers = readers or TombstoneReaders(config)
+        self._ledger = self._readers.ledger
         # True when no commit of this process is being prepared (set by the service); only
         # then may orphans younger than an hour be deleted.
         self._nothing_in_flight = nothing_in_flight
@@ -154,19 +158,51 @@ class LogMaintenance:
         future = [t for t in due if t > now]
         return min(future) if future else None
 
+    def _carry_tombstones(self, topic: str) -> Carried | None:
+        """Steps 1-2 of ``compactor.tombstones``; None when a reader failed as a whole (no
+        cleaning of the topic this pass: what it has not read must stay)."""
+        try:
+            with self._lock:
+                return self._readers.catch_up(topic)
+        except CompactorError as exc:
+            log.error("%s: not cleaned this pass, the tombstone readers failed: %s", topic, exc)
+            return None
+
+    def _mark_uncleanable(self, topic: str, partition: int, log_path: str, why: str) -> None:
+        """Keep the partition out of later passes (until forced) and record it in the log."""
+        self.uncleanable[(topic, partition)] = why
+        log.error("%s-%d is uncleanable: %s", topic, partition, why)
+        with self._lock:  # recorded in the log, for 'compactor status'
+            table = self._config.storage.table(log_path)
+            fencing.check(table, self.generations.get(topic))
+            if not uncleanable.is_marked(table, partition):
+                uncleanable.mark(table, partition, why)
+
     def _plans(self, topics: list[str], force: bool, now_ms: int,
-               report: PassReport) -> list[_Planned]:
+               report: PassReport, dry_run: bool = False) -> list[_Planned]:
         planned: list[tuple[CleanableRange, _Planned]] = []
         cleaner = self._config.cleaner
         for topic in topics:
             tc = self._config.topic(topic)
+            carried = None if dry_run else self._carry_tombstones(topic)
+            if carried is None and not dry_run:
+                continue
+            read_upto = carried.read_upto if carried is not None else None
             table = open_table(topic_paths(self._config.lake_path, topic).log,
                                self._config.storage)
             if table is None:
                 continue
             for partition, plog in read_partition_logs(table).items():
-                rng = cleanable_range(plog, tc, now_ms)
-                expired = expired_segments(plog, tc, now_ms)
+                upto = None if read_upto is None else read_upto.get(partition, -1)
+                rng = cleanable_range(plog, tc, now_ms, upto)
+                if carried is not None and partition in carried.failed:
+                    if (topic, partition) not in self.uncleanable or force:
+                        self._mark_uncleanable(topic, partition, table.table_uri,
+                                               carried.failed[partition])
+                    report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
+                    continue
+                expired = [s for s in expired_segments(plog, tc, now_ms)
+                           if upto is None or s.last_offset <= upto]
                 due = tc.compact and (rng.eligible or (force and rng.cleanable_bytes > 0))
                 skip = (topic, partition) in self.uncleanable and not force
                 if skip or not (due or expired):
@@ -200,7 +236,7 @@ class LogMaintenance:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         report = PassReport()
         chosen = topics or list(self._config.topics)
-        planned = self._plans(chosen, force, now_ms, report)
+        planned = self._plans(chosen, force, now_ms, report, dry_run)
         if dry_run or not planned:
             report.outcomes.extend(PartitionOutcome(p.plan.topic, p.plan.partition,
                                                     p.plan.range, None) for p in planned)
@@ -244,13 +280,8 @@ class LogMaintenance:
     def _commit(self, item: _Planned, result: CleanResult) -> bool:
         key = (result.topic, result.partition)
         if result.error is not None:
-            self.uncleanable[key] = result.error
-            log.error("%s-%d is uncleanable: %s", *key, result.error)
-            with self._lock:  # recorded in the log, for 'compactor status'
-                table = self._config.storage.table(item.plan.log_path)
-                fencing.check(table, self.generations.get(result.topic))
-                if not uncleanable.is_marked(table, result.partition):
-                    uncleanable.mark(table, result.partition, result.error)
+            self._mark_uncleanable(result.topic, result.partition, item.plan.log_path,
+                                   result.error)
             return False
         self.uncleanable.pop(key, None)
         app_id = CLEANER_APP_ID.format(partition=result.partition)
@@ -303,7 +334,11 @@ class LogMaintenance:
         ours = [paths.log, paths.table]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
         for path in ours + theirs:
-            table = open_table(path, self._config.storage)
+            try:
+                table = open_table(path, self._config.storage)
+            except LakeError as exc:  # one broken table does not stop the others' vacuum
+                log.warning("%s", exc)
+                continue
             if table is None:
                 continue
             # Vacuum commits too: under the lock, so it never races this process's MERGEs.

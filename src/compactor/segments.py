@@ -15,6 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from compactor.exceptions import LakeError
 from compactor.layout import CLEANER_APP_ID, INGEST_APP_ID, record_bytes_of
 from compactor.storage import Storage
 
@@ -329,7 +330,11 @@ def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
             if f.last_offset <= after or f.first_offset > upto:
                 continue
             fs, path = storage.filesystem(join(log_uri, f.path))
-            table = pq.read_table(path, columns=columns, filesystem=fs)
+            try:
+                table = pq.read_table(path, columns=columns, filesystem=fs)
+            except (OSError, pa.ArrowException) as exc:  # named, for status and the logs
+                raise LakeError(f"cannot read data file {f.path} of partition "
+                                f"{plog.partition}: {exc}") from exc
             offsets = table.column("offset")
             table = table.filter(pc.and_(pc.greater(offsets, after),
                                          pc.less_equal(offsets, upto)))

@@ -88,7 +88,8 @@ class Service:
         if on_batch is not None:
             mirror.listeners.append(on_batch)
         cleaner = (LogMaintenance(spark, self.config, self.commit_lock,
-                                  nothing_in_flight=lambda: not mirror.in_batch)
+                                  nothing_in_flight=lambda: not mirror.in_batch,
+                                  readers=mirror.readers)
                    if self.config.cleaner.enable else None)
         generations = {t: fencing.claim(
             topic_paths(self.config.lake_path, t).log, self.config.storage)

@@ -20,13 +20,12 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
-from compactor.erasure import DownstreamEraser
 from compactor.exceptions import CompactorError
 from compactor.incarnation import Incarnations
 from compactor.latest import catch_up
 from compactor.layout import open_table, topic_paths
-from compactor.ledger import ErasureLedger
 from compactor.segments import read_partition_logs
+from compactor.tombstones import TombstoneReaders
 from compactor.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges, write_range
 from streaming import exceptions as streaming_errors
 from streaming.exceptions import StreamingError
@@ -93,8 +92,8 @@ class Mirror:
         self.totals = IngestTotals()
         self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
-        self.eraser = DownstreamEraser(config)
-        self.ledger = ErasureLedger(config)
+        self.readers = TombstoneReaders(config)
+        self.ledger = self.readers.ledger
         self._last_merge = time.monotonic()
         self.in_batch = False
         self.failure: BaseException | None = None
@@ -133,10 +132,7 @@ class Mirror:
         with self.commit_lock:
             stats = commit_ranges(self.config, results, self.generations)
             for topic in sorted(stats):
-                erased = self.eraser.catch_up(topic)
-                self.ledger.record_tombstones(topic)
-                for name, upto in erased.items():
-                    self.ledger.record_done(topic, f"downstream:{name}", upto)
+                erased = self.readers.catch_up(topic).erased
                 if erased:
                     for hook in self.table_hooks:
                         hook(topic)

@@ -286,6 +286,9 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
         _, stderr = proc.communicate(timeout=120)
     if waiting is not None:
         pending = [e for e in ledger.erasures(topic) if e.done_ms is None]
+        recorded = {(e.partition, e.offset) for e in ledger.erasures(topic)}
+        unrecorded = [(p, o) for p, rs in producer.sent.items() for o, r in enumerate(rs)
+                      if r.value is None and (p, o) not in recorded]
         events = ledger._events(topic)
         done = {(e["target"], e["partition"]): e["offset"] for e in events
                 if e["event"] == "done"}
@@ -297,6 +300,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
             stuck = f"status failed: {exc!r}"
         raise AssertionError(
             f"{waiting}; {len(ledger.erasures(topic))} in the ledger, {len(pending)} pending, "
+            f"never recorded (partition, offset) {unrecorded[:10]}, "
             f"first pending {[(e.partition, e.offset) for e in pending[:5]]}; last done per "
             f"(target, partition) {done}; (partition, uncleanable reason, first dirty) "
             f"{stuck}; downtime {report.downtime}; the last run's log:\n{stderr[-4000:]}")

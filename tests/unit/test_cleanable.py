@@ -49,6 +49,20 @@ def test_min_lag_blocks_cleaning_even_above_the_ratio() -> None:
     assert blocked.cleanable_bytes == 0 and not blocked.eligible
 
 
+def test_nothing_the_tombstone_readers_have_not_read_is_cleanable() -> None:
+    log = plog(seg(0, 9, 100, NOW - 50), seg(10, 19, 100, NOW - 50), seg(20, 29, 100, NOW - 50),
+               seg(30, 39, 5, NOW))
+    assert cleanable_range(log, topic(), NOW).first_uncleanable_offset == 30  # no bound
+    # Read through 14: the segment holding 15 and everything after it wait, whole segments.
+    assert cleanable_range(log, topic(), NOW, read_upto=14).first_uncleanable_offset == 10
+    assert cleanable_range(log, topic(), NOW, read_upto=19).first_uncleanable_offset == 20
+    nothing = cleanable_range(log, topic(), NOW, read_upto=-1)
+    assert nothing.first_uncleanable_offset == 0 and nothing.cleanable_bytes == 0
+    assert not nothing.eligible
+    # Read past the log's end: the usual bound (the active segment) applies.
+    assert cleanable_range(log, topic(), NOW, read_upto=99).first_uncleanable_offset == 30
+
+
 def test_max_lag_forces_cleaning_below_the_ratio() -> None:
     # A large clean head and a small dirty segment: the ratio is about 1%.
     log = plog(seg(0, 9, 1000, NOW - 9_000), seg(10, 19, 10, NOW - 5_000), seg(20, 29, 1, NOW),
