@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import Transaction
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig, DownstreamTable
@@ -171,6 +172,9 @@ class DownstreamEraser:
                                    source_alias="s", target_alias="t",
                                    commit_properties=CommitProperties(app_transactions=txns))
                        .when_matched_delete().execute())
+        except CommitFailedError:  # another process (compactor clean) applied them first
+            log.info("downstream %s moved concurrently; re-reading from its position", d.name)
+            return {}
         except Exception as exc:  # the position stays: the next catch-up redoes the range
             raise LakeError(f"deleting erased keys from {d.path} failed: {exc}") from exc
         self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})

@@ -22,6 +22,7 @@ target's own app transaction).
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,12 +31,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.layout import ensure_table, open_table, read_table, topic_paths
 from compactor.segments import read_offsets, read_partition_logs
+
+log = logging.getLogger(__name__)
 
 LEDGER_APP_ID = "compactor-ledger-{partition}"
 LEDGER_SCHEMA = pa.schema([
@@ -157,9 +161,15 @@ class ErasureLedger:
             atMs=[now] * len(found),
         )
         txns = [Transaction(LEDGER_APP_ID.format(partition=p), hi) for p, hi in moved.items()]
-        write_deltalake(self._path(topic), table, mode="append",
-                        commit_properties=CommitProperties(app_transactions=txns),
-                        storage_options=self._config.storage.delta_options(self._path(topic)))
+        try:  # against the version whose app transactions gave S: a concurrent move fails it
+            write_deltalake(ledger, table, mode="append",
+                            commit_properties=CommitProperties(app_transactions=txns))
+        except CommitFailedError:  # another process (compactor clean) recorded them first
+            log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
+            return 0
+        except Exception as exc:
+            raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
+                            f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
         return len(found)
 

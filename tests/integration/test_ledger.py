@@ -80,3 +80,29 @@ def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     backlog = ledger.backlog("t", now_ms=now + 1000)
     assert backlog.pending == 1  # offset 2 is not below the cleaner checkpoint yet
     assert ledger.reconcile("t") == {}  # nothing twice
+
+
+def test_two_processes_recording_the_same_tombstones_record_them_once(
+        tmp_path: Path, monkeypatch) -> None:
+    """``compactor clean`` beside ``compactor run``: both read the tombstones; the ledger's app
+    transactions make the slower commit fail, and it records nothing twice."""
+    import compactor.ledger as ledger_module
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    append(config, "t", 0, [(0, b"a", None, T0), (1, b"b", None, T0 + 1)], now_ms=T0)
+    real = ledger_module.write_deltalake
+    other = ErasureLedger(config)
+
+    def commit_after_the_other(*args, **kwargs):  # the other process commits in between
+        monkeypatch.setattr(ledger_module, "write_deltalake", real)
+        assert other.record_tombstones("t") == 2
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger_module, "write_deltalake", commit_after_the_other)
+    slower = ErasureLedger(config)
+    assert slower.record_tombstones("t") == 0
+    assert slower.record_tombstones("t") == 0  # and it does not read them again as new
+    root = Path(topic_paths(config.lake_path, "t").root) / "erasures"
+    rows = DeltaTable(str(root)).to_pyarrow_table().to_pylist()
+    assert sorted(r["offset"] for r in rows if r["event"] == "tombstone") == [0, 1]
