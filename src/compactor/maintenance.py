@@ -2,8 +2,12 @@
 
 Commit protocol of one pass, per partition:
 
-1. Plan from one snapshot of ``L/T/log``: the cleanable range, the segments retention expires,
-   and the cleaner checkpoint C (app transaction ``compactor-cleaner-<partition>``).
+0. Run the tombstone readers (the erasure ledger, the downstream tables) over everything the
+   log committed, under the commit lock, and take the offset every one of them has read
+   (:mod:`compactor.tombstones`); a dry run skips this.
+1. Plan from one snapshot of ``L/T/log``: the cleanable range (ending, at the latest, at the
+   first segment holding an offset the readers have not read), the segments retention expires
+   (wholly read ones only), and the cleaner checkpoint C (``compactor-cleaner-<partition>``).
 2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
    files and returns the files to remove and add and the new checkpoint C'.
 3. Under the commit lock (no other commit of this process touches the log meanwhile), the
