@@ -197,3 +197,63 @@ def test_records_without_timestamps_count_as_written_when_their_file_was(tmp_pat
     # segment too: it rolled by time long before).
     maintenance.run_pass(now_ms=now + 3_600_000 + 120_000)
     assert log_rows(config, "t") == []
+
+
+def _interleave(monkeypatch, before_cleaning) -> None:
+    """Run ``before_cleaning`` once, after a pass planned and before its task cleans: the
+    window in which another writer commits to the log (two processes, as with
+    ``compactor clean`` beside ``compactor run``)."""
+    import compactor.maintenance as maintenance_module
+
+    real = maintenance_module.clean_partition
+    pending = [before_cleaning]
+
+    def clean(plan):
+        while pending:
+            pending.pop()()
+        return real(plan)
+
+    monkeypatch.setattr(maintenance_module, "clean_partition", clean)
+
+
+def _latest(rows) -> dict[bytes, tuple[int, bytes | None]]:
+    out: dict[bytes, tuple[int, bytes | None]] = {}
+    for _p, offset, key, value, *_ in sorted(rows, key=lambda r: r[1]):
+        out[key] = (offset, value)
+    return out
+
+
+def test_a_pass_another_cleaner_overtook_is_dropped_and_the_next_one_replans(
+        tmp_path: Path, monkeypatch) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=30,
+                            min_cleanable_dirty_ratio=0.01)
+    records = [(i, b"k%d" % (i % 3), b"v%d" % i, T0 + i) for i in range(12)]
+    append(config, "t", 0, records, now_ms=T0 + 20)
+    expected = _latest([(0, o, k, v) for o, k, v, _ in records])
+    other = LogMaintenance(None, config)
+    _interleave(monkeypatch, lambda: other.run_pass(force=True, now_ms=T0 + 1_000))
+    mine = LogMaintenance(None, config)
+    report = mine.run_pass(force=True, now_ms=T0 + 1_000)
+    assert report.outcomes and not any(o.committed for o in report.outcomes)  # dropped
+    rows = log_rows(config, "t")
+    offsets = [r[1] for r in rows]
+    assert len(offsets) == len(set(offsets)) and len(rows) < len(records)
+    assert {k: v for k, v in _latest(rows).items()} == expected
+    again = mine.run_pass(force=True, now_ms=T0 + 2_000)
+    assert not any(o.result is not None and o.result.error for o in again.outcomes)
+    assert _latest(log_rows(config, "t")) == expected
+
+
+def test_an_ingest_commit_during_a_pass_lands_and_so_does_the_pass(
+        tmp_path: Path, monkeypatch) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=30,
+                            min_cleanable_dirty_ratio=0.01)
+    first = [(i, b"k%d" % (i % 3), b"v%d" % i, T0 + i) for i in range(12)]
+    later = [(i, b"k%d" % (i % 5), b"w%d" % i, T0 + i) for i in range(12, 20)]
+    append(config, "t", 0, first, now_ms=T0 + 20)
+    _interleave(monkeypatch, lambda: append(config, "t", 0, later, now_ms=T0 + 30))
+    report = LogMaintenance(None, config).run_pass(force=True, now_ms=T0 + 1_000)
+    assert any(o.committed for o in report.outcomes)
+    rows = log_rows(config, "t")
+    assert {r[1] for r in rows} >= {o for o, *_ in later}  # every ingested record is there
+    assert _latest(rows) == _latest([(0, o, k, v) for o, k, v, _ in first + later])
