@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import Transaction
+from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
@@ -106,13 +106,16 @@ class DownstreamEraser:
     # (table name, partition) -> why its tombstones could not be read at the last catch-up
     failed: dict[tuple[str, int], str] = field(default_factory=dict)
 
-    def catch_up(self, topic: str) -> dict[str, dict[int, int]]:
+    def catch_up(self, topic: str,
+                 log_table: DeltaTable | None = None) -> dict[str, dict[int, int]]:
         """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
-        the last log offset it finished for each partition."""
+        the last log offset it finished for each partition. ``log_table``: the snapshot of
+        the log to read, when the caller has opened one."""
         targets = [d for d in self.config.downstream if d.topic == topic]
-        log_table = open_table(topic_paths(self.config.lake_path, topic).log,
-                               self.config.storage) if targets else None
-        if log_table is None:
+        if targets and log_table is None:
+            log_table = open_table(topic_paths(self.config.lake_path, topic).log,
+                                   self.config.storage)
+        if not targets or log_table is None:
             return {}
         logs = read_partition_logs(log_table)
         finished: dict[str, dict[int, int]] = {}

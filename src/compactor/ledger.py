@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import Transaction, write_deltalake
+from deltalake import DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
@@ -111,9 +111,12 @@ class ErasureLedger:
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
 
-    def record_tombstones(self, topic: str) -> int:
-        """Append the tombstones the log committed since the last scan; returns how many."""
-        log_table = open_table(topic_paths(self._config.lake_path, topic).log, self._config.storage)
+    def record_tombstones(self, topic: str, log_table: DeltaTable | None = None) -> int:
+        """Append the tombstones the log committed since the last scan; returns how many.
+        ``log_table``: the snapshot of the log to read, when the caller has opened one."""
+        if log_table is None:
+            log_table = open_table(topic_paths(self._config.lake_path, topic).log,
+                                   self._config.storage)
         if log_table is None:
             return 0
         ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,

@@ -188,9 +188,11 @@ class LogMaintenance:
         cleaner = self._config.cleaner
         for topic in topics:
             tc = self._config.topic(topic)
-            carried = None if dry_run else self._carry_tombstones(topic)
-            if carried is None and not dry_run:
-                continue
+            carried = None
+            if not dry_run:
+                carried = self._carry_tombstones(topic)
+                if carried is None:
+                    continue
             read_upto = carried.read_upto if carried is not None else None
             table = open_table(topic_paths(self._config.lake_path, topic).log,
                                self._config.storage)

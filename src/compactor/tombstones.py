@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from compactor.config import CompactorConfig
 from compactor.erasure import DownstreamEraser
+from compactor.layout import open_table, topic_paths
 from compactor.ledger import ErasureLedger
 
 
@@ -56,8 +57,12 @@ class TombstoneReaders:
 
     def catch_up(self, topic: str) -> Carried:
         """Steps 1-2; the caller holds the commit lock."""
-        erased = self.eraser.catch_up(topic)
-        self.ledger.record_tombstones(topic)
+        log_table = open_table(topic_paths(self.config.lake_path, topic).log,
+                               self.config.storage)  # one snapshot for every reader
+        if log_table is None:
+            return Carried({}, {}, {})
+        erased = self.eraser.catch_up(topic, log_table)
+        self.ledger.record_tombstones(topic, log_table)
         for name, upto in erased.items():
             self.ledger.record_done(topic, f"downstream:{name}", upto)
         read_upto = self.ledger.read_upto(topic)
