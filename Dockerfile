@@ -5,7 +5,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/compactor
 COPY pyproject.toml README.md ./
-COPY src ./src
+COPY compactor ./compactor
+COPY streaming ./streaming
 RUN pip install --no-cache-dir . \
  && useradd --create-home --uid 10001 compactor \
  && mkdir -p /data && chown compactor /data

@@ -21,10 +21,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactor import open_log
-from compactor.broker import EmbeddedBroker
 from compactor.config import build_config
-from compactor.service import Service
-from compactor.workload import Record, partition_for, produce
+from compactor.ops.broker import EmbeddedBroker
+from compactor.ops.workload import Record, partition_for, produce
+from streaming.service import Service
 
 
 def from_broker(bootstrap: str, topic: str, ends: dict[int, int]) -> tuple[float, int]:

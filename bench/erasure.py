@@ -33,10 +33,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from workloads import create_topic
 
-from compactor.broker import EmbeddedBroker
 from compactor.config import build_config
-from compactor.service import Service
-from compactor.workload import Record, partition_for, produce
+from compactor.ops.broker import EmbeddedBroker
+from compactor.ops.workload import Record, partition_for, produce
+from streaming.service import Service
 
 
 def marker(key: int) -> bytes:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
-from compactor.layout import KAFKA_SCHEMA
-from compactor.writer import append_batches, commit_ranges, plan_ranges
+from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
+from compactor.lake.layout import KAFKA_SCHEMA
 
 TOPIC = "mem"
 
@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     import pandas  # noqa: F401  pyarrow imports it on first use; a Spark worker has it loaded
 
-    from compactor.maintenance import LogMaintenance
+    from compactor.cleaner.maintenance import LogMaintenance
 
     config = _config(args.lake, args.buffer)
     before = _rss_mb("VmRSS")  # the interpreter with every library loaded, before the task

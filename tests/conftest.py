@@ -25,7 +25,7 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from compactor.broker import EmbeddedBroker
+    from compactor.ops.broker import EmbeddedBroker
 
     with EmbeddedBroker(tmp_path_factory.mktemp("broker") / "tansu.log") as b:
         yield b
@@ -61,8 +61,8 @@ def topic_factory(broker: Any) -> Callable[..., str]:
 @pytest.fixture
 def lake_config(broker: Any, tmp_path: Path) -> Callable[..., Any]:
     """A validated CompactorConfig for one topic with its own lake and checkpoint dirs."""
-    from compactor.admin import resolve_config
     from compactor.config import build_config
+    from compactor.kafka.admin import resolve_config
 
     def make(topic: str, **extra: str) -> Any:
         raw = {

@@ -8,8 +8,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
-from compactor.layout import KAFKA_SCHEMA, topic_paths
-from compactor.writer import append_batches, commit_ranges, plan_ranges
+from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
+from compactor.lake.layout import KAFKA_SCHEMA, topic_paths
 
 
 def offline_config(lake: str, topic: str, **topic_config: Any) -> CompactorConfig:

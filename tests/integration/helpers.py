@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from compactor.layout import topic_paths
+from compactor.lake.layout import topic_paths
 
 
 def log_table(config: Any, topic: str) -> pa.Table:
@@ -27,7 +27,7 @@ def log_version(config: Any, topic: str) -> int:
 
 
 def run_once(config: Any) -> Any:
-    from compactor.service import Service
+    from streaming.service import Service
 
     service = Service(config)
     return service.run(once=True)

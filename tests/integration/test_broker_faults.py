@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactor.broker import EmbeddedBroker
-from compactor.workload import Record, produce
+from compactor.ops.broker import EmbeddedBroker
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
 

@@ -13,8 +13,8 @@ import tempfile
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from compactor.maintenance import LogMaintenance
-from compactor.offset_map import BYTES_PER_ENTRY
+from compactor.cleaner.maintenance import LogMaintenance
+from compactor.cleaner.offset_map import BYTES_PER_ENTRY
 from tests.lake import append, log_rows, offline_config
 from tests.oracle import Rec, ReferenceLog
 

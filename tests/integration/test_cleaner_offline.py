@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.cleaner import Throttler
-from compactor.layout import topic_paths
-from compactor.maintenance import LogMaintenance
-from compactor.offset_map import BYTES_PER_ENTRY
-from compactor.status import collect_status
+from compactor.cleaner.maintenance import LogMaintenance
+from compactor.cleaner.offset_map import BYTES_PER_ENTRY
+from compactor.cleaner.partition_cleaner import Throttler
+from compactor.lake.layout import topic_paths
+from compactor.ops.status import collect_status
 from tests.lake import append, log_rows, offline_config
 
 T0 = 1_700_000_000_000
@@ -203,7 +203,7 @@ def _interleave(monkeypatch, before_cleaning) -> None:
     """Run ``before_cleaning`` once, after a pass planned and before its task cleans: the
     window in which another writer commits to the log (two processes, as with
     ``compactor clean`` beside ``compactor run``)."""
-    import compactor.maintenance as maintenance_module
+    import compactor.cleaner.maintenance as maintenance_module
 
     real = maintenance_module.clean_partition
     pending = [before_cleaning]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.workload import Record, produce
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
 

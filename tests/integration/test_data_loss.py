@@ -6,10 +6,10 @@ import pytest
 from deltalake import DeltaTable
 
 from compactor.exceptions import DataLossError
-from compactor.incarnation import TOPIC_ID_PROPERTY
-from compactor.layout import topic_paths
-from compactor.service import Service
-from compactor.workload import Record, produce
+from compactor.ingest.incarnation import TOPIC_ID_PROPERTY
+from compactor.lake.layout import topic_paths
+from compactor.ops.workload import Record, produce
+from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import log_table, run_once, running
 

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from compactor.config import build_config, with_topic_configs
-from compactor.erasure import ERASE_APP_ID, DownstreamEraser, check_downstream
+from compactor.erasure.downstream import ERASE_APP_ID, DownstreamEraser, check_downstream
 from compactor.exceptions import ConfigError
 from tests.lake import append
 
@@ -103,7 +103,7 @@ def test_audit_finds_an_erased_key_in_a_downstream_table_until_it_is_vacuumed(
         tmp_path: Path) -> None:
     import time
 
-    from compactor.audit import audit_key
+    from compactor.erasure.audit import audit_key
 
     make_downstream(tmp_path / "marts")
     config = config_for(tmp_path, **{"max.compaction.lag.ms": "60000"})

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from compactor.service import Service
-from compactor.workload import Record, produce
+from compactor.ops.workload import Record, produce
+from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import find_markers, running
 from tests.integration.test_cli import write_config
@@ -79,7 +79,7 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
 
     from deltalake import DeltaTable
 
-    from compactor.ledger import ErasureLedger
+    from compactor.erasure.ledger import ErasureLedger
 
     ledger = ErasureLedger(service.config)
     events = DeltaTable(f"{config.lake_path}/{topic}/erasures").to_pyarrow_table().to_pylist()
@@ -100,9 +100,9 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
 
 def test_audit_reports_a_superseded_value_still_on_disk(broker, topic_factory, tmp_path) -> None:
     """Before cleaning, the audit finds the superseded value and says it is pending."""
-    from compactor.admin import resolve_config
-    from compactor.audit import audit_key
     from compactor.config import build_config
+    from compactor.erasure.audit import audit_key
+    from compactor.kafka.admin import resolve_config
     from tests.lake import append
 
     topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"})

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.fencing import WRITER_APP_ID
-from compactor.workload import Record, produce
+from compactor.lake.fencing import WRITER_APP_ID
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
 

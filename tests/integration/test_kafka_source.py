@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from compactor.workload import Record, produce
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 
 

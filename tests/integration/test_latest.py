@@ -6,8 +6,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from compactor.latest import catch_up
-from compactor.layout import topic_paths
+from compactor.lake.latest import catch_up
+from compactor.lake.layout import topic_paths
 from tests.lake import append, offline_config
 
 T0 = 1_700_000_000_000

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from compactor.layout import topic_paths
-from compactor.ledger import ErasureLedger, key_digest
+from compactor.erasure.ledger import ErasureLedger, key_digest
+from compactor.lake.layout import topic_paths
 from tests.lake import append, offline_config
 
 T0 = 1_700_000_000_000
@@ -56,8 +56,8 @@ def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     from deltalake import Transaction
     from deltalake.transaction import CommitProperties
 
-    from compactor.latest import catch_up
-    from compactor.layout import CLEANER_APP_ID, TABLE_APP_ID
+    from compactor.lake.latest import catch_up
+    from compactor.lake.layout import CLEANER_APP_ID, TABLE_APP_ID
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
@@ -86,7 +86,7 @@ def test_two_processes_recording_the_same_tombstones_record_them_once(
         tmp_path: Path, monkeypatch) -> None:
     """``compactor clean`` beside ``compactor run``: both read the tombstones; the ledger's app
     transactions make the slower commit fail, and it records nothing twice."""
-    import compactor.ledger as ledger_module
+    import compactor.erasure.ledger as ledger_module
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)

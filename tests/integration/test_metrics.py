@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from compactor.workload import Record, produce
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.test_cli import write_config
 

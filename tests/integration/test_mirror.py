@@ -8,8 +8,8 @@ import time
 import pyarrow.compute as pc
 import pytest
 
-from compactor.segments import SegmentRoller, record_sizes
-from compactor.workload import Record, produce
+from compactor.lake.segments import SegmentRoller, record_sizes
+from compactor.ops.workload import Record, produce
 from tests.integration.helpers import log_table, log_version, rejected_table, run_once
 
 BASE_MS = 1_700_000_000_000
@@ -67,7 +67,7 @@ def test_every_record_is_mirrored_exactly_and_a_second_run_adds_nothing(
     version = log_version(config, topic)
     again = run_once(config)
     assert again.ingest.records == 0
-    # One commit only: the new run's writer claim (compactor.fencing), without data.
+    # One commit only: the new run's writer claim (compactor.lake.fencing), without data.
     assert log_version(config, topic) == version + 1
     assert log_table(config, topic).num_rows == len(keyed)
 

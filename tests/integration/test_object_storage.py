@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.segments import read_partition_logs
-from compactor.workload import Record, produce
+from compactor.lake.segments import read_partition_logs
+from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.test_cli import compactor, write_config
 from tests.integration.test_metrics import free_port

@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from compactor.exceptions import LakeError
-from compactor.service import Service
-from compactor.snapshot import open_latest, open_log
-from compactor.workload import Record, partition_for, produce
+from compactor.lake.snapshot import open_latest, open_log
+from compactor.ops.workload import Record, partition_for, produce
+from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import running
 

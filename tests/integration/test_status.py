@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.workload import Record, produce
+from compactor.ops.workload import Record, produce
 from tests.integration.helpers import run_once
 from tests.integration.test_cli import write_config
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from compactor.maintenance import LogMaintenance
-from compactor.segments import read_partition_logs
+from compactor.cleaner.maintenance import LogMaintenance
+from compactor.lake.segments import read_partition_logs
 from tests.lake import append, log_rows, offline_config
 
 T0 = 1_700_000_000_000

@@ -1,8 +1,8 @@
 """Choosing cleaning work: Kafka's LogCleanerManager cases on logs built by hand."""
 
-from compactor.cleanable import cleanable_range, cleaning_order
+from compactor.cleaner.cleanable import cleanable_range, cleaning_order
 from compactor.config import TopicConfig
-from compactor.segments import DataFile, PartitionLog, Segment
+from compactor.lake.segments import DataFile, PartitionLog, Segment
 
 NOW = 1_000_000
 

@@ -2,9 +2,9 @@ import json
 
 import pyarrow as pa
 
-from compactor.datafiles import file_stats
-from compactor.layout import KAFKA_SCHEMA, data_file_name, record_bytes_of, topic_paths
-from compactor.segments import record_sizes
+from compactor.lake.datafiles import file_stats
+from compactor.lake.layout import KAFKA_SCHEMA, data_file_name, record_bytes_of, topic_paths
+from compactor.lake.segments import record_sizes
 
 
 def test_file_name_carries_record_bytes() -> None:

@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from compactor.offset_map import BYTES_PER_ENTRY, OffsetMap, digests
+from compactor.cleaner.offset_map import BYTES_PER_ENTRY, OffsetMap, digests
 
 
 def test_last_offset_of_each_key_wins() -> None:

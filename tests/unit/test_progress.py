@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from compactor.progress import IngestProgress
-from compactor.writer import BatchStats
+from compactor.ingest.writer import BatchStats
+from compactor.ops.progress import IngestProgress
 
 
 class Clock:
@@ -48,7 +48,7 @@ def test_caught_up_and_broker_away(caplog: pytest.LogCaptureFixture) -> None:
         raise RuntimeError("broker away")
 
     progress = IngestProgress(away, every_s=0.0, clock=clock)
-    with caplog.at_level(logging.INFO, logger="compactor.progress"):
+    with caplog.at_level(logging.INFO, logger="compactor.ops.progress"):
         progress.on_batch(0, stats(50, {0: 50}))
     # Without end offsets the rate is still reported and the mirror is not disturbed.
     assert "lag" not in caplog.text and "50 records" in caplog.text

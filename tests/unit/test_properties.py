@@ -1,7 +1,7 @@
 import pytest
 
+from compactor.config.properties import load_properties, parse_properties
 from compactor.exceptions import ConfigError
-from compactor.properties import load_properties, parse_properties
 
 
 def test_separators_comments_and_continuations() -> None:

@@ -9,8 +9,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from compactor.layout import KAFKA_SCHEMA
-from compactor.reader import RecordFormatError, parse_from_offsets, write
+from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.lake.reader import RecordFormatError, parse_from_offsets, write
 
 
 def batch(*rows: tuple[bytes | None, bytes | None]) -> pa.RecordBatch:

@@ -1,5 +1,5 @@
+from compactor.cleaner.retention import expired_segments
 from compactor.config import TopicConfig
-from compactor.retention import expired_segments
 from tests.unit.test_cleanable import NOW, plog, seg
 
 

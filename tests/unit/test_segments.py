@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.segments import ActiveSegment, DataFile, PartitionLog, Segment, SegmentRoller
+from compactor.lake.segments import ActiveSegment, DataFile, PartitionLog, Segment, SegmentRoller
 
 
 def test_rolls_before_the_record_that_would_pass_segment_bytes() -> None:

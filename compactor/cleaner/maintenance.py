@@ -1,0 +1,370 @@
+"""Log maintenance on the driver: choose partitions, run cleaner tasks, commit, vacuum.
+
+Commit protocol of one pass, per partition:
+
+0. Run the tombstone readers (the erasure ledger, the downstream tables) over everything the
+   log committed, under the commit lock, and take the offset every one of them has read
+   (:mod:`compactor.erasure.tombstones`); a dry run skips this.
+1. Plan from one snapshot of ``L/T/log``: the cleanable range (ending, at the latest, at the
+   first segment holding an offset the readers have not read), the segments retention expires
+   (wholly read ones only), and the cleaner checkpoint C (``compactor-cleaner-<partition>``).
+2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
+   files and returns the files to remove and add and the new checkpoint C'.
+3. Under the commit lock (no other commit of this process touches the log meanwhile), the
+   table is read again. If its checkpoint is no longer C, another cleaner committed first and
+   this pass's files are abandoned. Otherwise removes, adds and ``(compactor-cleaner-<p>, C')``
+   go in one Delta commit; a concurrent commit carrying the same app id makes delta-rs refuse
+   one of the two, so a double remove never lands.
+4. Vacuum deletes removed files past the grace period, and old orphans.
+
+A partition whose task fails is marked uncleanable with its error and skipped by later passes
+of this process (``compactor clean --force`` retries it); the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltalake import Transaction
+from deltalake.transaction import CommitProperties, RemoveAction
+
+from compactor.cleaner import uncleanable
+from compactor.cleaner.cleanable import (
+    CleanableRange,
+    active_segment,
+    cleanable_range,
+    cleaning_order,
+)
+from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
+from compactor.cleaner.retention import expired_segments
+from compactor.cleaner.vacuum import Vacuum, ensure_grace
+from compactor.config import CompactorConfig
+from compactor.erasure.tombstones import Carried, TombstoneReaders
+from compactor.exceptions import CompactorError, LakeError
+from compactor.lake import fencing
+from compactor.lake.datafiles import add_action
+from compactor.lake.layout import (
+    CLEANER_APP_ID,
+    LOG_PARTITION_COLUMNS,
+    LOG_SCHEMA,
+    open_table,
+    topic_paths,
+)
+from compactor.lake.segments import read_partition_logs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    topic: str
+    partition: int
+    range: CleanableRange
+    result: CleanResult | None  # None: planned only (dry run) or not due
+    committed: bool = False
+
+
+@dataclass
+class PassReport:
+    """Everything one pass looked at and did."""
+
+    outcomes: list[PartitionOutcome] = field(default_factory=list)
+    vacuumed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def cleaned(self) -> list[PartitionOutcome]:
+        return [o for o in self.outcomes if o.committed]
+
+
+@dataclass
+class CleaningTotals:
+    """Running totals of what cleaning passes did."""
+
+    passes: int = 0
+    partitions_cleaned: int = 0
+    records_dropped: int = 0
+    bytes_rewritten: int = 0
+    files_vacuumed: int = 0
+
+    def add(self, report: PassReport) -> None:
+        self.passes += 1
+        self.partitions_cleaned += len(report.cleaned)
+        self.files_vacuumed += report.vacuumed
+        for outcome in report.cleaned:
+            if outcome.result is not None:
+                self.records_dropped += outcome.result.stats.records_dropped
+                self.bytes_rewritten += outcome.result.stats.bytes_written
+
+
+@dataclass(frozen=True)
+class _Planned:
+    plan: CleanPlan
+    checkpoint: int | None
+
+
+class LogMaintenance:
+    """Cleaning, retention and vacuum for every configured topic."""
+
+    def __init__(self, spark: Any | None, config: CompactorConfig,
+                 commit_lock: threading.Lock | None = None,
+                 nothing_in_flight: Callable[[], bool] | None = None,
+                 readers: TombstoneReaders | None = None) -> None:
+        self._spark = spark
+        self._config = config
+        self._lock = commit_lock or threading.Lock()
+        self._vacuum = Vacuum(config.storage)
+        self.uncleanable: dict[tuple[str, int], str] = {}
+        self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
+        # The ledger and downstream tables: caught up before each pass, which then cleans
+        # nothing they have not read (compactor.erasure.tombstones). The service shares the
+        # mirror's.
+        self._readers = readers or TombstoneReaders(config)
+        self._ledger = self._readers.ledger
+        # True when no commit of this process is being prepared (set by the service); only
+        # then may orphans younger than an hour be deleted.
+        self._nothing_in_flight = nothing_in_flight
+        # This run's writer generation per topic (compactor.lake.fencing); empty: no fencing.
+        self.generations: dict[str, int] = {}
+
+    def note_removed(self, topic: str, now_ms: int | None = None) -> None:
+        """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        self._vacuum_due.append(now + self._config.topic(topic).vacuum_grace_ms + 50)
+
+    def next_due_ms(self, now_ms: int | None = None) -> int | None:
+        """The earliest wall-clock time at which some work falls due, from the Delta log.
+
+        The erasure deadline is planned backwards, so the service wakes at these instants
+        rather than only every ``log.cleaner.backoff.ms``: an active segment's roll deadline,
+        a dirty segment's forced-cleaning time, a tombstone horizon, a removed file's grace.
+        """
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        due = [int(t) for t in self._vacuum_due]
+        for topic in self._config.topics:
+            tc = self._config.topic(topic)
+            if not tc.compact:
+                continue
+            table = open_table(topic_paths(self._config.lake_path, topic).log,
+                               self._config.storage)
+            if table is None:
+                continue
+            for plog in read_partition_logs(table).values():
+                active = active_segment(plog, tc.roll_ms, now)
+                if active is not None and tc.erasure_deadline:
+                    due.append(active.roll_deadline_ms(tc.roll_ms) + 1)
+                rng = cleanable_range(plog, tc, now)
+                if rng.earliest_dirty_ms is not None and tc.erasure_deadline:
+                    due.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms + 1)
+                horizons = [s.min_delete_horizon_ms for s in plog.segments
+                            if s.min_delete_horizon_ms is not None]
+                if horizons:
+                    due.append(min(horizons))
+        self._vacuum_due = [t for t in self._vacuum_due if t > now]
+        future = [t for t in due if t > now]
+        return min(future) if future else None
+
+    def _carry_tombstones(self, topic: str) -> Carried | None:
+        """Steps 1-2 of ``compactor.erasure.tombstones``; None when a reader failed as a whole (no
+        cleaning of the topic this pass: what it has not read must stay)."""
+        try:
+            with self._lock:
+                return self._readers.catch_up(topic)
+        except CompactorError as exc:
+            log.error("%s: not cleaned this pass, the tombstone readers failed: %s", topic, exc)
+            return None
+
+    def _mark_uncleanable(self, topic: str, partition: int, log_path: str, why: str) -> None:
+        """Keep the partition out of later passes (until forced) and record it in the log."""
+        self.uncleanable[(topic, partition)] = why
+        log.error("%s-%d is uncleanable: %s", topic, partition, why)
+        with self._lock:  # recorded in the log, for 'compactor status'
+            table = self._config.storage.table(log_path)
+            fencing.check(table, self.generations.get(topic))
+            if not uncleanable.is_marked(table, partition):
+                uncleanable.mark(table, partition, why)
+
+    def _plans(self, topics: list[str], force: bool, now_ms: int,
+               report: PassReport, dry_run: bool = False) -> list[_Planned]:
+        planned: list[tuple[CleanableRange, _Planned]] = []
+        cleaner = self._config.cleaner
+        for topic in topics:
+            tc = self._config.topic(topic)
+            carried = None
+            if not dry_run:
+                carried = self._carry_tombstones(topic)
+                if carried is None:
+                    continue
+            read_upto = carried.read_upto if carried is not None else None
+            table = open_table(topic_paths(self._config.lake_path, topic).log,
+                               self._config.storage)
+            if table is None:
+                continue
+            for partition, plog in read_partition_logs(table).items():
+                upto = None if read_upto is None else read_upto.get(partition, -1)
+                rng = cleanable_range(plog, tc, now_ms, upto)
+                if carried is not None and partition in carried.failed:
+                    if (topic, partition) not in self.uncleanable or force:
+                        self._mark_uncleanable(topic, partition, table.table_uri,
+                                               carried.failed[partition])
+                    report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
+                    continue
+                expired = [s for s in expired_segments(plog, tc, now_ms)
+                           if upto is None or s.last_offset <= upto]
+                due = tc.compact and (rng.eligible or (force and rng.cleanable_bytes > 0))
+                skip = (topic, partition) in self.uncleanable and not force
+                if skip or not (due or expired):
+                    report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
+                    continue
+                active = active_segment(plog, tc.roll_ms, now_ms)
+                planned.append((rng, _Planned(CleanPlan(
+                    topic=topic, partition=partition, log_path=table.table_uri, range=rng,
+                    segments=tuple(s for s in plog.segments if s is not active
+                                   and s.base_offset < rng.first_uncleanable_offset),
+                    expired=tuple(s.base_offset for s in expired),
+                    compact=due, segment_bytes=tc.segment_bytes,
+                    delete_retention_ms=tc.delete_retention_ms,
+                    buffer_bytes=cleaner.dedupe_buffer_size // cleaner.threads,
+                    load_factor=cleaner.io_buffer_load_factor,
+                    io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
+                    storage=self._config.storage,
+                ), plog.cleaner_offset)))
+        order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
+        planned.sort(key=lambda item: order.get(id(item[0]), len(order)))
+        return [p for _, p in planned]
+
+    def run_pass(self, topics: list[str] | None = None, force: bool = False,
+                 dry_run: bool = False, now_ms: int | None = None) -> PassReport:
+        """Clean every due partition once (``force``: every partition with dirty data).
+
+        ``now_ms`` is the cleaning time (default: the clock), which decides rolls, lags and
+        tombstone horizons.
+        """
+        started = time.monotonic()
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        report = PassReport()
+        chosen = topics or list(self._config.topics)
+        planned = self._plans(chosen, force, now_ms, report, dry_run)
+        if dry_run or not planned:
+            report.outcomes.extend(PartitionOutcome(p.plan.topic, p.plan.partition,
+                                                    p.plan.range, None) for p in planned)
+        else:
+            log.info("cleaning %d partitions, %.1f MB dirty: %s", len(planned),
+                     sum(p.plan.range.cleanable_bytes for p in planned) / 1e6,
+                     ", ".join(f"{p.plan.topic}-{p.plan.partition} (dirty ratio "
+                               f"{p.plan.range.dirty_ratio:.2f}"
+                               f"{', overdue' if p.plan.range.must_clean else ''})"
+                               for p in planned))
+            results = self._execute([p.plan for p in planned])
+            for item, result in zip(planned, results, strict=True):
+                committed = self._commit(item, result)
+                report.outcomes.append(PartitionOutcome(
+                    result.topic, result.partition, item.plan.range, result, committed))
+        if not dry_run:
+            for topic in chosen:
+                report.vacuumed += self._vacuum_topic(topic)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _execute(self, plans: list[CleanPlan]) -> list[CleanResult]:
+        """One Spark task per partition; in this process when there is no Spark session."""
+        if self._spark is None:
+            return [clean_partition(p) for p in plans]
+        results: list[CleanResult] = (
+            self._spark.sparkContext.parallelize(plans, len(plans)).map(clean_partition).collect()
+        )
+        return results
+
+    def run_until_idle(self, max_passes: int = 50) -> list[PassReport]:
+        """Pass after pass while a pass still finds work (a full offset map ends a pass early)."""
+        reports = []
+        for _ in range(max_passes):
+            report = self.run_pass()
+            reports.append(report)
+            if not report.cleaned:
+                break
+        return reports
+
+    def _commit(self, item: _Planned, result: CleanResult) -> bool:
+        key = (result.topic, result.partition)
+        if result.error is not None:
+            self._mark_uncleanable(result.topic, result.partition, item.plan.log_path,
+                                   result.error)
+            return False
+        self.uncleanable.pop(key, None)
+        app_id = CLEANER_APP_ID.format(partition=result.partition)
+        nothing = not result.removed and not result.added and result.checkpoint == item.checkpoint
+        if nothing and not uncleanable.is_marked(self._config.storage.table(item.plan.log_path),
+                                                 result.partition):
+            return False
+        now_ms = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(f.path, True, now_ms, f.size_bytes,
+                         {"partition": str(f.partition), "segment": str(f.segment)})
+            for f in result.removed
+        ]
+        actions += [add_action(f, now_ms) for f in result.added]
+        with self._lock:
+            table = self._config.storage.table(item.plan.log_path)
+            fencing.check(table, self.generations.get(result.topic))
+            if table.transaction_version(app_id) != item.checkpoint:
+                log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
+                return False
+            txns = [Transaction(app_id, result.checkpoint, now_ms)]
+            if uncleanable.is_marked(table, result.partition):
+                txns.append(uncleanable.clearing(result.partition, now_ms))
+            try:
+                table.create_write_transaction(
+                    actions, "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
+                    commit_properties=CommitProperties(app_transactions=txns),
+                )
+            except Exception as exc:
+                log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
+                return False
+        if result.removed:
+            self.note_removed(result.topic, now_ms)
+        if result.stats.tombstones_stamped or result.stats.records_dropped:
+            self._ledger.record_done(result.topic, "log",
+                                     {result.partition: result.checkpoint - 1})
+        s = result.stats
+        log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
+                 "%d tombstones gone, %d files (%d bytes) written in %.2fs", *key,
+                 result.checkpoint, s.records_dropped, s.tombstones_stamped, s.tombstones_dropped,
+                 len(result.added), s.bytes_written, s.seconds)
+        return True
+
+    def _vacuum_topic(self, topic: str) -> int:
+        """Vacuum the topic's log and latest-value table; returns the files deleted."""
+        paths = topic_paths(self._config.lake_path, topic)
+        tc = self._config.topic(topic)
+        grace = tc.vacuum_grace_ms
+        deleted = 0
+        ours = [paths.log, paths.table]
+        theirs = [d.path for d in self._config.downstream if d.topic == topic]
+        for path in ours + theirs:
+            try:
+                table = open_table(path, self._config.storage)
+            except LakeError as exc:  # one broken table does not stop the others' vacuum
+                log.warning("%s", exc)
+                continue
+            if table is None:
+                continue
+            # Vacuum commits too: under the lock, so it never races this process's MERGEs.
+            with self._lock:
+                if path in ours:
+                    try:
+                        ensure_grace(table, grace)
+                    except Exception as exc:
+                        log.warning("%s: cannot record the vacuum grace: %s", path, exc)
+                sweep = (path in ours and tc.erasure_deadline
+                         and self._nothing_in_flight is not None and self._nothing_in_flight())
+                try:
+                    deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep))
+                except LakeError as exc:
+                    log.warning("%s", exc)
+        return deleted

@@ -1,0 +1,278 @@
+"""The cleaner: one pass over one partition, run as a Spark task (Kafka's ``Cleaner``).
+
+A pass, given a :class:`CleanPlan` built on the driver from one Delta snapshot:
+
+1. Retention: the files of segments that ``retention.ms``/``retention.bytes`` expired are removed.
+2. Offset map: keys of the dirty range [first dirty, first uncleanable) are read in offset
+   order into an :class:`~compactor.offset_map.OffsetMap`; when it fills, the pass ends at the
+   last offset that fit (``end``) and the next pass continues from there.
+3. Rewrite: segments below ``end`` are grouped, neighbours together up to ``segment.bytes``.
+   A record is kept when its key is not in the map or its offset is at least the map's. A
+   kept tombstone gets ``deleteHorizonMs`` = now + ``delete.retention.ms`` the first time; one
+   whose horizon has passed is dropped. A group in which nothing is dropped or stamped is not
+   touched; any other group becomes one new file in the segment of its first member. Offsets,
+   timestamps and headers are copied unchanged.
+4. The task returns the files to remove and add and the new checkpoint (``end``); the driver
+   commits them in one Delta commit (see :mod:`compactor.cleaner.maintenance`).
+
+Nothing is visible until that commit: a task that dies leaves only unreferenced files, which
+vacuum removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compactor.cleaner.cleanable import CleanableRange
+from compactor.cleaner.offset_map import OffsetMap, digests
+from compactor.exceptions import LakeError
+from compactor.lake.datafiles import DataFileBuilder, WrittenFile
+from compactor.lake.layout import join
+from compactor.lake.segments import DataFile, Segment, record_sizes
+from compactor.lake.storage import Storage
+
+_BATCH_ROWS = 65_536
+_MAP_COLUMNS = ["key", "offset"]
+_CHECK_COLUMNS = ["key", "value", "offset", "deleteHorizonMs"]
+
+
+@dataclass(frozen=True)
+class CleanPlan:
+    topic: str
+    partition: int
+    log_path: str
+    range: CleanableRange
+    segments: tuple[Segment, ...]  # closed segments below the first uncleanable offset
+    expired: tuple[int, ...]  # base offsets of segments retention deletes
+    compact: bool
+    segment_bytes: int
+    delete_retention_ms: int
+    buffer_bytes: int
+    load_factor: float
+    io_max_bytes_per_second: float
+    now_ms: int
+    storage: Storage
+
+
+@dataclass
+class CleanStats:
+    """What one pass did; the figures behind Kafka's cleaner metrics."""
+
+    bytes_read: int = 0  # on-disk bytes of the files read (once per read)
+    bytes_written: int = 0  # on-disk bytes of the files added
+    record_bytes_written: int = 0
+    kafka_model_bytes: int = 0  # record bytes Kafka's cleaner would recopy in this pass
+    records_read: int = 0
+    records_dropped: int = 0
+    tombstones_stamped: int = 0
+    tombstones_dropped: int = 0
+    segments_deleted: int = 0
+    map_entries: int = 0
+    map_capacity: int = 0
+    map_full: bool = False
+    seconds: float = 0.0
+
+    @property
+    def buffer_utilization(self) -> float:
+        return self.map_entries / self.map_capacity if self.map_capacity else 0.0
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    topic: str
+    partition: int
+    checkpoint: int  # the next first dirty offset
+    removed: tuple[DataFile, ...] = ()
+    added: tuple[WrittenFile, ...] = ()
+    stats: CleanStats = field(default_factory=CleanStats)
+    error: str | None = None
+
+
+class Throttler:
+    """Keeps the bytes a pass reads and writes under ``log.cleaner.io.max.bytes.per.second``."""
+
+    def __init__(self, rate: float) -> None:
+        self._rate = rate
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def add(self, nbytes: int) -> None:
+        if self._rate == float("inf"):
+            return
+        self._bytes += nbytes
+        ahead = self._bytes / self._rate - (time.monotonic() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
+             stats: CleanStats, throttle: Throttler) -> Iterator[pa.RecordBatch]:
+    stats.bytes_read += f.size_bytes
+    throttle.add(f.size_bytes)
+    try:
+        fs, path = plan.storage.filesystem(join(plan.log_path, f.path))
+        with fs.open_input_file(path) as source:
+            parquet = pq.ParquetFile(source)
+            yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
+    except (OSError, pa.ArrowException) as exc:  # named, so that status can say which file
+        raise LakeError(f"cannot read data file {f.path} of {plan.topic}-{plan.partition}: "
+                        f"{exc}") from exc
+
+
+def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: CleanStats,
+               throttle: Throttler) -> int:
+    """Step 2: fill the map from the dirty range; returns the end offset of this pass."""
+    lo, hi = plan.range.first_dirty_offset, plan.range.first_uncleanable_offset
+    for seg in live:
+        for f in seg.files:
+            if f.last_offset < lo or f.first_offset >= hi:
+                continue
+            for batch in _batches(plan, f, _MAP_COLUMNS, stats, throttle):
+                offsets = batch.column("offset")
+                in_range = pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))
+                batch = batch.filter(in_range)
+                if batch.num_rows == 0:
+                    continue
+                keys = digests(batch.column("key"))
+                taken = omap.put_batch(keys, batch.column("offset").to_numpy())
+                if taken < batch.num_rows:
+                    stats.map_full = True
+                    return omap.latest_offset + 1 if omap.latest_offset >= lo else lo
+    return hi
+
+
+def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int,
+           now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """(keep, stamp) for each record of a batch."""
+    offsets = batch.column("offset").to_numpy()
+    mapped = omap.lookup(digests(batch.column("key"))) if len(omap) else None
+    keep = np.ones(batch.num_rows, dtype=bool)
+    if mapped is not None:
+        keep &= (mapped < 0) | (offsets >= mapped)
+    tombstone = pc.is_null(batch.column("value")).to_numpy(zero_copy_only=False)
+    horizon = batch.column("deleteHorizonMs")
+    stamped = pc.is_valid(horizon).to_numpy(zero_copy_only=False)
+    expired = stamped & (pc.fill_null(horizon, 0).to_numpy() <= now_ms)
+    keep &= ~(tombstone & expired)
+    stamp = keep & tombstone & ~stamped & (offsets < end)
+    return keep, stamp
+
+
+def _groups(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
+    """Neighbouring segments together while their record bytes fit in ``segment.bytes``."""
+    groups: list[list[Segment]] = []
+    size = 0
+    for seg in segments:
+        if groups and size + seg.record_bytes <= max_bytes:
+            groups[-1].append(seg)
+            size += seg.record_bytes
+        else:
+            groups.append([seg])
+            size = seg.record_bytes
+    return groups
+
+
+def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: int,
+                   stats: CleanStats, throttle: Throttler) -> tuple[list[DataFile],
+                                                                    WrittenFile | None]:
+    """Step 3 for one group: ([], None) when nothing changes, else (removed, added)."""
+    files = [f for seg in group for f in seg.files]
+    if len(omap) == 0 and not any(
+        f.min_delete_horizon_ms is not None and f.min_delete_horizon_ms <= plan.now_ms
+        for f in files
+    ):
+        return [], None  # without a map only an expired tombstone can change a file
+    masks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    changed = False
+    for f in files:
+        parts = [_masks(b, omap, end, plan.now_ms)
+                 for b in _batches(plan, f, _CHECK_COLUMNS, stats, throttle)]
+        keep = np.concatenate([k for k, _ in parts]) if parts else np.ones(0, bool)
+        stamp = np.concatenate([s for _, s in parts]) if parts else np.zeros(0, bool)
+        masks[f.path] = (keep, stamp)
+        stats.records_read += len(keep)
+        changed = changed or not keep.all() or bool(stamp.any())
+    if not changed:
+        return [], None
+    base = group[0].base_offset
+    builder = DataFileBuilder(
+        plan.log_path, f"partition={plan.partition}/segment={base}", "log",
+        {"partition": str(plan.partition), "segment": str(base)}, storage=plan.storage,
+    )
+    horizon_ms = plan.now_ms + plan.delete_retention_ms
+    try:
+        for f in files:
+            keep, stamp = masks[f.path]
+            row = 0
+            for batch in _batches(plan, f, None, stats, throttle):
+                n = batch.num_rows
+                k, s = keep[row:row + n], stamp[row:row + n]
+                row += n
+                tombstones = pc.is_null(batch.column("value")).to_numpy(zero_copy_only=False)
+                stats.records_dropped += int((~k).sum())
+                stats.tombstones_dropped += int((~k & tombstones).sum())
+                stats.tombstones_stamped += int(s.sum())
+                if s.any():
+                    column = batch.schema.get_field_index("deleteHorizonMs")
+                    stamped = pc.if_else(pa.array(s), pa.scalar(horizon_ms, pa.int64()),
+                                         batch.column(column))
+                    batch = batch.set_column(column, "deleteHorizonMs", stamped)
+                kept = batch.filter(pa.array(k))
+                if kept.num_rows:
+                    builder.write(kept, int(record_sizes(kept).sum()))
+                    throttle.add(kept.nbytes)
+        added = builder.close()
+    except BaseException:
+        builder.abort()
+        raise
+    written = [f.modified_ms for f in files if f.modified_ms is not None]
+    if added is not None and written:
+        added = dataclasses.replace(added, modified_ms=max(written))
+    if added is not None:
+        stats.bytes_written += added.size
+        stats.record_bytes_written += added.record_bytes
+    return files, added
+
+
+def clean_partition(plan: CleanPlan) -> CleanResult:
+    """Run one pass (steps 1-3); errors come back in the result, not as an exception."""
+    started = time.monotonic()
+    stats = CleanStats()
+    try:
+        throttle = Throttler(plan.io_max_bytes_per_second)
+        expired = set(plan.expired)
+        removed = [f for s in plan.segments if s.base_offset in expired for f in s.files]
+        stats.segments_deleted = len(expired)
+        live = [s for s in plan.segments if s.base_offset not in expired]
+        omap = OffsetMap(plan.buffer_bytes, plan.load_factor)
+        stats.map_capacity = omap.capacity
+        end = plan.range.first_dirty_offset
+        if plan.compact and plan.range.first_dirty_offset < plan.range.first_uncleanable_offset:
+            end = _build_map(plan, live, omap, stats, throttle)
+        stats.map_entries = len(omap)
+        added: list[WrittenFile] = []
+        if plan.compact:
+            below = [s for s in live if s.base_offset < max(end, plan.range.first_dirty_offset)]
+            stats.kafka_model_bytes = sum(s.record_bytes for s in below)
+            for group in _groups(below, plan.segment_bytes):
+                gone, new = _rewrite_group(plan, group, omap, end, stats, throttle)
+                removed.extend(gone)
+                if new is not None:
+                    added.append(new)
+        stats.seconds = time.monotonic() - started
+        return CleanResult(plan.topic, plan.partition, max(end, plan.range.first_dirty_offset),
+                           tuple(removed), tuple(added), stats)
+    except Exception as exc:
+        stats.seconds = time.monotonic() - started
+        detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return CleanResult(plan.topic, plan.partition, plan.range.first_dirty_offset,
+                           stats=stats, error=detail)

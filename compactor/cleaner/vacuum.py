@@ -1,0 +1,91 @@
+"""Physical deletion of files the log no longer references.
+
+Files removed by cleaning and retention stay on disk for readers of older snapshots for
+``vacuum.grace.ms``, recorded in each table as ``delta.deletedFileRetentionDuration`` so that
+any Delta tool vacuuming the table honours the same grace. Files no commit ever referenced
+(a pass or batch that died before committing) are deleted once they are
+``ORPHAN_AGE_HOURS`` (or the grace, if longer) old: younger ones may belong to a commit still
+being prepared. A running service, which knows when none of its commits is being prepared,
+also deletes orphans of erasure-deadline topics once they pass the grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+
+from compactor.exceptions import LakeError
+from compactor.lake.storage import Storage
+
+log = logging.getLogger(__name__)
+
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+ORPHAN_AGE_HOURS = 1
+
+
+def retention_interval(grace_ms: int) -> str:
+    """The table property value for a grace period (whole seconds, at least one)."""
+    return f"interval {max(1, -(-grace_ms // 1000))} seconds"
+
+
+def ensure_grace(table: DeltaTable, grace_ms: int) -> None:
+    """Record the grace period in the table when it differs from what the table says."""
+    wanted = retention_interval(grace_ms)
+    if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
+        table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
+
+
+class Vacuum:
+    """Runs lite vacuum every time and full (orphan) vacuum at most once an hour per table."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._last_full: dict[str, float] = {}
+
+    def _existing(self, table: DeltaTable, path: str, full: bool) -> list[str]:
+        """What vacuum would delete; delta-rs lists files again after deleting them, so only
+        those still stored count."""
+        listed = table.vacuum(dry_run=True, full=full, enforce_retention_duration=True)
+        if not listed:
+            return []
+        fs, root = self._storage.filesystem(path)
+        infos = fs.get_file_info([f"{root.rstrip('/')}/{f}" for f in listed])
+        return [f for f, info in zip(listed, infos, strict=True)
+                if info.type != pafs.FileType.NotFound]
+
+    def run(self, path: str, grace_ms: int, dry_run: bool = False,
+            orphans_past_grace: bool = False) -> list[str]:
+        """Delete removed files past the grace (and old orphans); returns their paths.
+
+        ``orphans_past_grace``: also delete orphans older than the grace now. Only safe when
+        the caller knows that no commit of any writer to this table is being prepared (its
+        files would look like orphans); the service knows it for itself between micro-batches.
+        """
+        orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
+        try:
+            table = self._storage.table(path)
+            deleted = self._existing(table, path, full=False)
+            if deleted and not dry_run:
+                table.vacuum(dry_run=False, enforce_retention_duration=True)
+            now = time.monotonic()
+            if orphans_past_grace and not dry_run:
+                # full=True with the table's own retention (the grace, in seconds).
+                orphans = self._existing(table, path, full=True)
+                if orphans:
+                    table.vacuum(dry_run=False, full=True, enforce_retention_duration=True)
+                    deleted += [f for f in orphans if f not in deleted]
+            last_full = self._last_full.get(path)
+            if not dry_run and (last_full is None or now - last_full >= 3600):
+                deleted += table.vacuum(
+                    retention_hours=orphan_hours, dry_run=False, full=True,
+                    enforce_retention_duration=False,
+                )
+                self._last_full[path] = now
+        except Exception as exc:
+            raise LakeError(f"vacuum of {path} failed: {exc}") from exc
+        if deleted:
+            log.info("vacuum %s: deleted %d files", path, len(deleted))
+        return deleted

@@ -1,0 +1,202 @@
+"""``compactor audit-erasure``: where do superseded values of one key still exist on disk?
+
+The audit trusts no bookkeeping. It walks every file under ``L/T`` (data files of the log, the
+latest-value table and rejected records, whether the current snapshot references them or not,
+orphans, Delta logs, checkpoints, Spark checkpoints below the lake), decodes Parquet and
+searches every other file byte for byte:
+
+- a row of the key whose value a newer record of the key superseded is a *trace*, due to be
+  gone by the superseding record's timestamp + ``max.compaction.lag.ms``;
+- the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, since
+  nothing the product writes puts them there.
+
+The key's current record (its latest value, or its tombstone) is not a trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from compactor.config import LONG_MAX, CompactorConfig, DownstreamTable
+from compactor.exceptions import LakeError
+from compactor.lake.layout import topic_paths
+from compactor.lake.storage import Storage
+
+_ROW_COLUMNS = ["key", "value", "offset", "timestamp", "partition"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    path: str
+    table: str  # log, table, rejected, other
+    partition: int | None
+    offset: int | None
+    what: str
+    deadline_ms: int | None  # None: no deadline applies (no max lag, or should never exist)
+
+
+@dataclass
+class AuditResult:
+    topic: str
+    key: bytes
+    latest: dict[int, tuple[int, int, bool]]  # partition -> (offset, timestamp ms, tombstone)
+    traces: list[Trace] = field(default_factory=list)
+    files_searched: int = 0
+
+    def overdue(self, now_ms: int) -> list[Trace]:
+        return [t for t in self.traces if t.deadline_ms is None or t.deadline_ms < now_ms]
+
+
+def _files(storage: Storage, uri: str) -> tuple[pafs.FileSystem, str, list[PurePosixPath]]:
+    """Every file below ``uri`` (relative to it), on any storage; none when it is absent."""
+    fs, root = storage.filesystem(uri)
+    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        return fs, root, []
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    base = PurePosixPath(root)
+    return fs, root, sorted(PurePosixPath(i.path).relative_to(base) for i in infos
+                            if i.type == pafs.FileType.File)
+
+
+def _read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
+    try:
+        with fs.open_input_stream(path) as stream:
+            return bytes(stream.read())
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _partition_from_path(path: PurePosixPath) -> int | None:
+    for part in path.parts:
+        if part.startswith("partition="):
+            return int(part.split("=", 1)[1])
+    return None
+
+
+def _rows_of_key(fs: pafs.FileSystem, path: str, key: bytes) -> pa.Table | None:
+    """Rows of ``key`` in a data file; None when the file is not a data file with keys."""
+    try:
+        schema = pq.read_schema(path, filesystem=fs)
+    except Exception:
+        return None
+    if "key" not in schema.names:
+        return None
+    columns = [c for c in _ROW_COLUMNS if c in schema.names]
+    table = _plain(pq.read_table(path, columns=columns, filesystem=fs))
+    return table.filter(pc.equal(table.column("key"), pa.scalar(key, pa.binary())))
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """delta-rs writes binary_view and string_view columns, which few kernels take."""
+    fields = [
+        pa.field(f.name, pa.binary() if pa.types.is_binary_view(f.type)
+                 else pa.string() if pa.types.is_string_view(f.type) else f.type)
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+def _table_of(path: PurePosixPath) -> str:
+    first = path.parts[0]
+    return first if first in ("log", "table", "rejected") else "other"
+
+
+def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
+    root_uri = topic_paths(config.lake_path, topic).root
+    fs, root, files = _files(config.storage, root_uri)
+    if not files:
+        raise LakeError(f"no lake for topic {topic} under {config.lake_path}")
+    tc = config.topic(topic)
+    lag = tc.max_compaction_lag_ms if tc.max_compaction_lag_ms < LONG_MAX else None
+
+    rows: list[tuple[PurePosixPath, dict[str, object]]] = []
+    other_files: list[PurePosixPath] = []
+    result = AuditResult(topic, key, {})
+    for path in files:
+        result.files_searched += 1
+        found = (_rows_of_key(fs, f"{root}/{path}", key) if path.name.endswith(".parquet")
+                 else None)
+        if found is None:
+            other_files.append(path)
+            continue
+        partition = _partition_from_path(path)
+        for row in found.to_pylist():
+            if row.get("partition") is None:
+                row["partition"] = partition
+            rows.append((path, row))
+
+    # The key's history as the lake knows it, per partition: offset -> timestamp, tombstone.
+    history: dict[int, dict[int, tuple[int, bool]]] = {}
+    for _path, row in rows:
+        p, o = row["partition"], row["offset"]
+        if isinstance(p, int) and isinstance(o, int):
+            ts = row.get("timestamp")
+            ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else 0
+            history.setdefault(p, {})[o] = (ms, row.get("value") is None)
+    for p, entries in history.items():
+        last = max(entries)
+        result.latest[p] = (last, entries[last][0], entries[last][1])
+
+    for path, row in rows:
+        p, o = row["partition"], row["offset"]
+        if row.get("value") is None or not isinstance(p, int) or not isinstance(o, int):
+            continue
+        newer = sorted(off for off in history.get(p, {}) if off > o)
+        if not newer:
+            continue  # the key's live value
+        superseded_at = history[p][newer[0]][0]
+        result.traces.append(Trace(
+            str(path), _table_of(path), p, o,
+            f"value superseded by offset {newer[0]}",
+            superseded_at + lag if lag is not None else None,
+        ))
+    for path in other_files:
+        data = _read_bytes(fs, f"{root}/{path}")
+        if data is not None and key in data:
+            result.traces.append(Trace(str(path), _table_of(path),
+                                       None, None, "key bytes in a non-data file", None))
+    erased = [(ts, p) for p, (_, ts, tomb) in result.latest.items() if tomb]
+    if erased and all(tomb for _, _, tomb in result.latest.values()):
+        deadline = max(ts for ts, _ in erased) + lag if lag is not None else None
+        for d in config.downstream:
+            if d.topic == topic:
+                result.traces += _downstream_traces(config.storage, d, key, deadline, result)
+    return result
+
+
+def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadline: int | None,
+                       result: AuditResult) -> list[Trace]:
+    """Rows of an erased key left in a downstream table (any file, referenced or not)."""
+    mapped = d.key_value(key)
+    if mapped is None:
+        return []
+    fs, root, files = _files(storage, d.path)
+    needle = mapped if isinstance(mapped, bytes) else str(mapped).encode()
+    traces = []
+    for path in files:
+        result.files_searched += 1
+        label = f"downstream:{d.name}/{path}"
+        if path.name.endswith(".parquet"):
+            try:
+                table = _plain(pq.read_table(f"{root}/{path}", filesystem=fs))
+            except Exception:
+                continue
+            if d.key_column not in table.column_names:
+                continue
+            column = table.column(d.key_column)
+            hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()
+            if hits:
+                traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                    f"{hits} row(s) of an erased key", deadline))
+        else:
+            data = _read_bytes(fs, f"{root}/{path}")
+            if data is not None and needle in data:
+                traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                    "key bytes in a non-data file", None))
+    return traces

@@ -1,0 +1,195 @@
+"""Carrying tombstones to downstream tables, exactly once, and checking they can meet the
+erasure deadline.
+
+Commit protocol of a downstream catch-up, per downstream table D of topic T:
+
+1. Read D's app transactions ``compactor-erase-<T>-<partition>`` (the last log offset whose
+   tombstones D has applied, A) and one snapshot of ``L/T/log`` (the offset ingest
+   committed, L).
+2. Read the tombstones of each partition with A < offset <= L from the log and map their keys
+   to D's key column (raw bytes, UTF-8 text, or a field of a JSON key).
+3. MERGE a batch of those keys into D on ``t.<key column> = s.k``, deleting every match, in
+   one Delta commit that moves each partition's app transaction to L. The predicate names
+   columns only: no key reaches D's transaction log. A crash before the commit changes
+   nothing; the next catch-up redoes it.
+
+When the range holds no tombstone nothing is committed to D; a position kept in memory saves
+re-reading the same range, and a restart re-reads it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import CommitProperties
+
+from compactor.config import CompactorConfig, DownstreamTable
+from compactor.exceptions import ConfigError, LakeError
+from compactor.lake.layout import open_table, topic_paths
+from compactor.lake.segments import PartitionLog, read_offsets, read_partition_logs
+
+log = logging.getLogger(__name__)
+
+ERASE_APP_ID = "compactor-erase-{topic}-{partition}"
+_INTERVAL = re.compile(r"^interval\s+(\d+)\s+(\w+?)s?$", re.IGNORECASE)
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000,
+            "day": 86_400_000, "week": 604_800_000}
+
+
+def _interval_ms(value: str | None) -> int:
+    """Delta's ``interval N unit``; an absent retention is Delta's default of one week."""
+    if value is None:
+        return _UNIT_MS["week"]
+    match = _INTERVAL.match(value.strip())
+    if not match or match.group(2).lower() not in _UNIT_MS:
+        return _UNIT_MS["week"]
+    return int(match.group(1)) * _UNIT_MS[match.group(2).lower()]
+
+
+def check_downstream(config: CompactorConfig) -> None:
+    """Refuse downstream tables that cannot be erased in time (or at all)."""
+    for d in config.downstream:
+        key = f"downstream.{d.name}.path"
+        table = open_table(d.path, config.storage)
+        if table is None:
+            raise ConfigError(key, d.path, "is not a Delta table", "create it first")
+        names = [f.name for f in table.schema().fields]
+        if d.key_column not in names:
+            raise ConfigError(f"downstream.{d.name}.key.column", d.key_column,
+                              f"is not a column of {d.path}", f"columns: {', '.join(names)}")
+        tc = config.topic(d.topic)
+        if not tc.erasure_deadline:
+            continue
+        props = table.metadata().configuration
+        retention = _interval_ms(props.get("delta.deletedFileRetentionDuration"))
+        if retention > tc.vacuum_grace_ms:
+            raise ConfigError(
+                key, d.path,
+                f"keeps removed files for {retention} ms (delta.deletedFileRetentionDuration), "
+                f"longer than the {tc.vacuum_grace_ms} ms the erasure deadline of {d.topic} "
+                f"(max.compaction.lag.ms={tc.max_compaction_lag_ms}) leaves for vacuum",
+                f"set delta.deletedFileRetentionDuration to at most "
+                f"'interval {max(1, tc.vacuum_grace_ms // 1000)} seconds' on that table",
+            )
+        if props.get("delta.enableChangeDataFeed", "false").lower() == "true":
+            raise ConfigError(
+                key, d.path, "has its change data feed on, so deleted rows would stay in its "
+                "change-data files past the erasure deadline",
+                "set delta.enableChangeDataFeed=false on that table",
+            )
+        stats = props.get("delta.dataSkippingStatsColumns")
+        indexed = int(props.get("delta.dataSkippingNumIndexedCols", "32"))
+        in_stats = (d.key_column in [c.strip() for c in stats.split(",")] if stats is not None
+                    else indexed < 0 or names.index(d.key_column) < indexed)
+        if in_stats:
+            raise ConfigError(
+                key, d.path,
+                f"collects statistics on its key column {d.key_column!r}, so erased keys would "
+                "stay in its transaction log",
+                "set delta.dataSkippingStatsColumns on that table to columns without the key",
+            )
+
+
+@dataclass
+class DownstreamEraser:
+    """Applies each topic's tombstones to its downstream tables (steps 1-3)."""
+
+    config: CompactorConfig
+    _scanned: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (table name, partition) -> why its tombstones could not be read at the last catch-up
+    failed: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def catch_up(self, topic: str,
+                 log_table: DeltaTable | None = None) -> dict[str, dict[int, int]]:
+        """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
+        the last log offset it finished for each partition. ``log_table``: the snapshot of
+        the log to read, when the caller has opened one."""
+        targets = [d for d in self.config.downstream if d.topic == topic]
+        if targets and log_table is None:
+            log_table = open_table(topic_paths(self.config.lake_path, topic).log,
+                                   self.config.storage)
+        if not targets or log_table is None:
+            return {}
+        logs = read_partition_logs(log_table)
+        finished: dict[str, dict[int, int]] = {}
+        for d in targets:
+            upto = self._apply(d, log_table.table_uri, logs)
+            if upto:
+                finished[d.name] = upto
+        return finished
+
+    def read_upto(self, name: str) -> dict[int, int]:
+        """Per partition, the last log offset downstream table ``name`` has taken the
+        tombstones of (as far as this process knows: its last :meth:`catch_up`)."""
+        return {p: o for (n, p), o in self._scanned.items() if n == name}
+
+    def _apply(self, d: DownstreamTable, log_uri: str,
+               logs: Mapping[int, PartitionLog]) -> dict[int, int]:
+        table = open_table(d.path, self.config.storage)
+        if table is None:
+            raise LakeError(f"downstream table {d.name} at {d.path} is gone; erasures of "
+                            f"{d.topic} cannot be carried to it (restore it or remove its "
+                            "downstream.* keys)")
+        ranges: dict[int, tuple[int, int]] = {}
+        for partition, plog in logs.items():
+            applied = table.transaction_version(
+                ERASE_APP_ID.format(topic=d.topic, partition=partition))
+            lo = max(applied if applied is not None else -1,
+                     self._scanned.get((d.name, partition), -1))
+            self._scanned[(d.name, partition)] = lo
+            if plog.committed_offset is not None and plog.committed_offset > lo:
+                ranges[partition] = (lo, plog.committed_offset)
+        if not ranges:
+            return {}
+        keys: list[bytes] = []
+        for partition, (lo, hi) in list(ranges.items()):
+            try:
+                rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"],
+                                    self.config.storage)
+            except LakeError as exc:  # this partition waits; the others go on
+                self.failed[(d.name, partition)] = str(exc)
+                del ranges[partition]
+                continue
+            self.failed.pop((d.name, partition), None)
+            if rows.num_rows:
+                tombstones = pc.and_(pc.is_null(rows.column("value")),
+                                     pc.is_valid(rows.column("key")))
+                keys += rows.filter(tombstones).column("key").to_pylist()
+        mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
+        if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
+            self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
+            return {p: hi for p, (_, hi) in ranges.items()} if keys else {}
+        key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
+        source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
+        txns = [Transaction(ERASE_APP_ID.format(topic=d.topic, partition=p), hi)
+                for p, (_, hi) in ranges.items()]
+        try:
+            metrics = (table.merge(source, predicate=f"t.`{d.key_column}` = s.k",
+                                   source_alias="s", target_alias="t",
+                                   commit_properties=CommitProperties(app_transactions=txns))
+                       .when_matched_delete().execute())
+        except CommitFailedError:  # another process (compactor clean) applied them first
+            log.info("downstream %s moved concurrently; re-reading from its position", d.name)
+            return {}
+        except Exception as exc:  # the position stays: the next catch-up redoes the range
+            raise LakeError(f"deleting erased keys from {d.path} failed: {exc}") from exc
+        self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
+        count = int(metrics.get("num_target_rows_deleted", 0))
+        log.info("downstream %s: %d tombstones applied, %d rows deleted", d.name, len(mapped),
+                 count)
+        return {p: hi for p, (_, hi) in ranges.items()}
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_string_view(t):
+        return pa.string()
+    return t

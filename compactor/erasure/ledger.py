@@ -1,0 +1,283 @@
+"""The erasure ledger ``L/T/erasures``: every tombstone, its deadline, and when each target
+finished erasing it. Append-only; what is pending is derived, never stored.
+
+Rows are events:
+
+- ``tombstone``: partition, offset, the tombstone's timestamp, its deadline (timestamp +
+  ``max.compaction.lag.ms``, null without one) and ``keyDigest``, the first 16 bytes of
+  SHA-256(salt + key). The key itself is never written; the salt is the log table's Delta id,
+  so an operator holding a key can find its rows, and nobody can read keys off the ledger.
+- ``done``: a target (``table``, ``log``, ``downstream:<name>``) has finished every tombstone
+  of a partition up to an offset, at ``atMs``. ``log`` means the cleaner's commit dropped the
+  superseded values from the log; vacuum deletes their files within ``vacuum.grace.ms``.
+
+Commit protocol of :meth:`ErasureLedger.record_tombstones`: read the ledger's app
+transactions ``compactor-ledger-<partition>`` (the last log offset scanned, S) and the log's
+committed offsets (L); append the tombstones with S < offset <= L and move S to L in the same
+commit. Done events are appended by the step that finished the work, after its own commit; a
+crash in between loses a done event, never an erasure (the work itself is recorded by that
+target's own app transaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import CommitProperties
+
+from compactor.config import CompactorConfig
+from compactor.exceptions import LakeError
+from compactor.lake.layout import ensure_table, open_table, read_table, topic_paths
+from compactor.lake.segments import read_offsets, read_partition_logs
+
+log = logging.getLogger(__name__)
+
+LEDGER_APP_ID = "compactor-ledger-{partition}"
+LEDGER_SCHEMA = pa.schema([
+    ("event", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+    ("keyDigest", pa.binary()), ("tombstoneTimeMs", pa.int64()), ("deadlineMs", pa.int64()),
+    ("target", pa.string()), ("atMs", pa.int64()),
+])
+LEDGER_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",
+    "delta.enableChangeDataFeed": "false",
+}
+
+
+def key_digest(salt: bytes, key: bytes) -> bytes:
+    return hashlib.sha256(salt + key).digest()[:16]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Erasures not finished by every target."""
+
+    pending: int
+    oldest_pending_age_ms: int | None
+    missed_deadlines: int  # pending past their deadline, or finished after it
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """One tombstone and when every target had finished erasing what it supersedes."""
+
+    partition: int
+    offset: int
+    tombstone_ms: int
+    deadline_ms: int | None
+    done_ms: int | None  # None while some target has not finished
+
+    def late(self, now_ms: int) -> bool:
+        """Past its deadline: finished after it, or still pending after it."""
+        if self.deadline_ms is None:
+            return False
+        return (self.done_ms if self.done_ms is not None else now_ms) > self.deadline_ms
+
+
+def _rows(event: str, n: int, **columns: object) -> pa.Table:
+    data = {name: columns.get(name, [None] * n) for name in LEDGER_SCHEMA.names}
+    data["event"] = [event] * n
+    return pa.table(data, schema=LEDGER_SCHEMA)
+
+
+def _finished(events: list[dict[str, Any]]) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """(target, partition) -> [(done up to offset, at ms)], from the ledger's events."""
+    finished: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for e in events:
+        if e["event"] == "done":
+            finished.setdefault((e["target"], e["partition"]), []).append(
+                (e["offset"], e["atMs"]))
+    return finished
+
+
+class ErasureLedger:
+    """Appends to and reads ``L/T/erasures`` for the configured topics."""
+
+    def __init__(self, config: CompactorConfig) -> None:
+        self._config = config
+        self._scanned: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> why its tombstones could not be read at the last scan
+        self.failed: dict[tuple[str, int], str] = {}
+
+    def _path(self, topic: str) -> str:
+        return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
+
+    def record_tombstones(self, topic: str, log_table: DeltaTable | None = None) -> int:
+        """Append the tombstones the log committed since the last scan; returns how many.
+        ``log_table``: the snapshot of the log to read, when the caller has opened one."""
+        if log_table is None:
+            log_table = open_table(topic_paths(self._config.lake_path, topic).log,
+                                   self._config.storage)
+        if log_table is None:
+            return 0
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                              storage=self._config.storage)
+        salt = str(log_table.metadata().id).encode()
+        tc = self._config.topic(topic)
+        now = int(time.time() * 1000)
+        found: list[tuple[int, int, bytes, int]] = []
+        moved: dict[int, int] = {}
+        for partition, plog in read_partition_logs(log_table).items():
+            done = ledger.transaction_version(LEDGER_APP_ID.format(partition=partition))
+            lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
+            self._scanned[(topic, partition)] = lo
+            hi = plog.committed_offset
+            if hi is None or hi <= lo:
+                continue
+            try:
+                rows = read_offsets(log_table.table_uri, plog, lo, hi,
+                                    ["key", "value", "offset", "timestamp"],
+                                    self._config.storage)
+            except LakeError as exc:  # this partition waits; the others go on
+                self.failed[(topic, partition)] = str(exc)
+                continue
+            self.failed.pop((topic, partition), None)
+            moved[partition] = hi
+            if not rows.num_rows:
+                continue
+            rows = rows.filter(pc.and_(pc.is_null(rows.column("value")),
+                                       pc.is_valid(rows.column("key"))))
+            stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
+            for key, offset, ts in zip(rows.column("key").to_pylist(),
+                                       rows.column("offset").to_pylist(),
+                                       stamps.to_pylist(), strict=True):
+                found.append((partition, offset, key_digest(salt, key), ts))
+        if not found:
+            self._scanned.update({(topic, p): hi for p, hi in moved.items()})
+            return 0
+        deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
+        table = _rows(
+            "tombstone", len(found),
+            partition=[p for p, _, _, _ in found], offset=[o for _, o, _, _ in found],
+            keyDigest=[d for _, _, d, _ in found], tombstoneTimeMs=[t for _, _, _, t in found],
+            deadlineMs=[t + deadline if deadline is not None else None
+                        for _, _, _, t in found],
+            atMs=[now] * len(found),
+        )
+        txns = [Transaction(LEDGER_APP_ID.format(partition=p), hi) for p, hi in moved.items()]
+        try:  # against the version whose app transactions gave S: a concurrent move fails it
+            write_deltalake(ledger, table, mode="append",
+                            commit_properties=CommitProperties(app_transactions=txns))
+        except CommitFailedError:  # another process (compactor clean) recorded them first
+            log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
+            return 0
+        except Exception as exc:
+            raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
+                            f"{exc}") from exc
+        self._scanned.update({(topic, p): hi for p, hi in moved.items()})
+        return len(found)
+
+    def read_upto(self, topic: str) -> dict[int, int]:
+        """Per partition, the last log offset whose tombstones this ledger has recorded (as
+        far as this process knows: the last :meth:`record_tombstones` call)."""
+        return {p: o for (t, p), o in self._scanned.items() if t == topic}
+
+    def record_done(self, topic: str, target: str, upto: Mapping[int, int],
+                    now_ms: int | None = None) -> None:
+        """``target`` finished every tombstone of each partition up to the given offset."""
+        if not upto or open_table(self._path(topic), self._config.storage) is None:
+            return
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
+                      target=[target] * len(upto), atMs=[now] * len(upto))
+        write_deltalake(self._path(topic), table, mode="append",
+                        storage_options=self._config.storage.delta_options(self._path(topic)))
+
+    def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
+        """Write the done events a crash lost, from each target's own committed progress.
+
+        A kill between a target's commit and its done event leaves the erasure looking
+        pending although the work is committed: the log's cleaner checkpoint
+        (``compactor-cleaner-<p>``), the table's ``compactor-table-<p>`` and each downstream
+        table's ``compactor-erase-<topic>-<p>`` say how far each really is. Called when the
+        service starts; the events carry the time of the repair, so the ledger may overstate
+        a latency, never understate it. Returns what it recorded.
+        """
+        from compactor.erasure.downstream import ERASE_APP_ID
+        from compactor.lake.layout import CLEANER_APP_ID, TABLE_APP_ID
+
+        events = self._events(topic)
+        finished = _finished(events)
+        pending = [e for e in self._erasures(topic, events, finished) if e.done_ms is None]
+        if not pending:
+            return {}
+        paths = topic_paths(self._config.lake_path, topic)
+        sources: dict[str, tuple[str, str, int]] = {  # target -> (table, app id, offset shift)
+            "log": (paths.log, CLEANER_APP_ID, -1),  # the checkpoint is the first dirty offset
+            "table": (paths.table, TABLE_APP_ID, 0),
+        }
+        for d in self._config.downstream:
+            if d.topic == topic:
+                sources[f"downstream:{d.name}"] = (
+                    d.path, ERASE_APP_ID.replace("{topic}", topic), 0)
+        recorded: dict[str, dict[int, int]] = {}
+        for target, (path, app_id, shift) in sources.items():
+            table = open_table(path, self._config.storage)
+            if table is None:
+                continue
+            upto: dict[int, int] = {}
+            for partition in sorted({e.partition for e in pending}):
+                version = table.transaction_version(app_id.format(partition=partition))
+                if version is None:
+                    continue
+                done = version + shift
+                known = max((o for o, _ in finished.get((target, partition), [])), default=-1)
+                if done > known and any(e.partition == partition and known < e.offset <= done
+                                        for e in pending):
+                    upto[partition] = done
+            if upto:
+                self.record_done(topic, target, upto, now_ms)
+                recorded[target] = upto
+        return recorded
+
+    def targets(self, topic: str) -> list[str]:
+        return ["log", "table"] + [f"downstream:{d.name}" for d in self._config.downstream
+                                   if d.topic == topic]
+
+    def _events(self, topic: str) -> list[dict[str, Any]]:
+        table = open_table(self._path(topic), self._config.storage)
+        return read_table(table).to_pylist() if table is not None else []
+
+    def erasures(self, topic: str) -> list[Erasure]:
+        """Every tombstone in the ledger with when its last target finished (None: pending)."""
+        events = self._events(topic)
+        return self._erasures(topic, events, _finished(events))
+
+    def _erasures(self, topic: str, events: list[dict[str, Any]],
+                  finished: dict[tuple[str, int], list[tuple[int, int]]]) -> list[Erasure]:
+        out = []
+        targets = self.targets(topic)
+        for e in events:
+            if e["event"] != "tombstone":
+                continue
+            ends = []
+            for target in targets:
+                done_at = [at for upto, at in finished.get((target, e["partition"]), [])
+                           if upto >= e["offset"]]
+                ends.append(min(done_at) if done_at else None)
+            done = None if None in ends else max(t for t in ends if t is not None)
+            out.append(Erasure(e["partition"], e["offset"], e["tombstoneTimeMs"],
+                               e["deadlineMs"], done))
+        return out
+
+    def backlog(self, topic: str, now_ms: int | None = None) -> Backlog:
+        """Tombstones some target has not finished, from the ledger's events alone."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        pending = missed = 0
+        oldest: int | None = None
+        for e in self.erasures(topic):
+            if e.done_ms is None:
+                pending += 1
+                age = now - e.tombstone_ms
+                oldest = age if oldest is None else max(oldest, age)
+            missed += int(e.late(now))
+        return Backlog(pending, oldest, missed)

@@ -1,0 +1,107 @@
+"""Topic incarnations: a lake log holds the records of one incarnation of its topic, never two.
+
+A topic deleted and recreated under the same name starts again at offset 0 with other
+records; offsets alone cannot always tell (the new incarnation may already be longer than
+the old one was). Kafka names each incarnation with a topic id (KIP-516); the log records the
+id it mirrors in its table property ``compactor.kafka.topicId``.
+
+Protocol:
+
+1. At the start of ``compactor run`` the broker's topic id of every topic is fetched. A log
+   without the property records it (one metadata commit, before any data commit of the run).
+2. A log whose recorded id differs from the broker's stops the run with DataLossError (exit
+   5), whatever ``fail.on.data.loss`` says: mixing incarnations is never a loss to skip.
+3. Every micro-batch checks the ids again after its tasks have read and before its commit, so
+   records read from a new incarnation are never committed: if any task read from it, the
+   broker already reported the new id.
+
+A broker that reports no topic ids (Kafka before 2.8) skips the check with a warning; the
+offset check of the source (an end offset behind the mirrored position) still applies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from compactor.config import CompactorConfig
+from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
+from compactor.lake.layout import open_table, topic_paths
+
+log = logging.getLogger(__name__)
+
+TOPIC_ID_PROPERTY = "compactor.kafka.topicId"
+_NO_ID = {"", "AAAAAAAAAAAAAAAAAAAAAA"}  # the zero UUID: a broker without topic ids
+
+
+class Incarnations:
+    """The topic ids this run mirrors, checked against the broker."""
+
+    def __init__(self, config: CompactorConfig) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self._config = config
+        self._admin = AdminClient(config.kafka_client_config())
+        self.expected: dict[str, str] = {}
+
+    def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        from confluent_kafka import KafkaException, TopicCollection
+
+        wanted = sorted(set(topics))
+        futures = self._admin.describe_topics(TopicCollection(wanted), request_timeout=30)
+        ids: dict[str, str | None] = {}
+        for topic in wanted:
+            try:
+                topic_id = futures[topic].result().topic_id
+            except KafkaException as exc:
+                raise BrokerUnavailableError(
+                    f"cannot describe topic {topic!r} on {self._config.bootstrap_servers}: "
+                    f"{exc}") from exc
+            text = str(topic_id) if topic_id is not None else ""
+            ids[topic] = None if text in _NO_ID else text
+        return ids
+
+    def claim(self) -> None:
+        """Step 1-2: record or compare each log's topic id (the log must exist)."""
+        ids = self.broker_ids(self._config.topics)
+        for topic, broker_id in ids.items():
+            if broker_id is None:
+                log.warning("the broker reports no topic id for %s: a recreated topic is "
+                            "detected only when its offsets fall behind the mirror", topic)
+                continue
+            path = topic_paths(self._config.lake_path, topic).log
+            table = open_table(path, self._config.storage)
+            if table is None:
+                raise LakeError(f"lake log {path} does not exist yet; create it before claiming")
+            recorded = table.metadata().configuration.get(TOPIC_ID_PROPERTY)
+            if recorded is None:
+                try:
+                    table.alter.set_table_properties({TOPIC_ID_PROPERTY: broker_id},
+                                                     raise_if_not_exists=False)
+                except Exception as exc:
+                    raise LakeError(f"cannot record the topic id in {path}: {exc}") from exc
+                log.info("%s: mirroring topic id %s", topic, broker_id)
+            elif recorded != broker_id:
+                raise _recreated(self._config, topic, recorded, broker_id)
+            self.expected[topic] = broker_id
+
+    def verify(self, topics: Iterable[str]) -> None:
+        """Step 3: the topics of a micro-batch still have the ids this run claimed."""
+        checked = [t for t in topics if t in self.expected]
+        if not checked:
+            return
+        for topic, broker_id in self.broker_ids(checked).items():
+            if broker_id != self.expected[topic]:
+                raise _recreated(self._config, topic, self.expected[topic], broker_id)
+
+
+def _recreated(config: CompactorConfig, topic: str, recorded: str,
+               now: str | None) -> DataLossError:
+    root = topic_paths(config.lake_path, topic).root
+    return DataLossError(
+        f"topic {topic!r} on {config.bootstrap_servers} has topic id {now}, but the lake log "
+        f"mirrors topic id {recorded}: the topic was deleted and recreated. A log holds one "
+        "incarnation, so nothing of the new one was written (fail.on.data.loss does not "
+        f"change this). To mirror the new topic, move {root} aside or use another lake.path "
+        "and checkpoint.path; the old records stay readable where they are."
+    )

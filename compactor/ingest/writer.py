@@ -1,0 +1,305 @@
+"""The segment writer: appends consumed offset ranges to ``L/T/log``, exactly once.
+
+Commit protocol of one micro-batch, per topic:
+
+1. The driver reads one snapshot of ``L/T/log`` and ``L/T/rejected``: per partition the
+   last committed offset (app transaction ``compactor-ingest-<partition>``, whose version is
+   the last offset ingested) and the active segment.
+2. One Spark task per Kafka partition consumes its range from the first offset not yet
+   committed, assigns records to segments by the roll rules, and writes Parquet files under
+   ``partition=P/segment=S/``; null keys of a compacted topic go to files of ``rejected``.
+   Tasks write files only; nothing is visible yet.
+3. The driver commits the rejected files (if any) with the same per-partition app
+   transactions in the rejected table, then all log files in one Delta commit whose app
+   transactions move each partition's version to the last offset of its range.
+
+A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
+of a batch that died before step 3 are never referenced and are removed by vacuum. A second
+writer of the same partitions is fenced: its commit carries the same app ids and either loses
+the race in delta-rs or finds the versions moved under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, Transaction
+from deltalake.transaction import CommitProperties
+
+from compactor.config import CompactorConfig
+from compactor.exceptions import LakeError
+from compactor.lake import fencing
+from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
+from compactor.lake.layout import (
+    INGEST_APP_ID,
+    LOG_PARTITION_COLUMNS,
+    LOG_SCHEMA,
+    REJECTED_SCHEMA,
+    TIMESTAMP_TYPE,
+    ensure_table,
+    topic_paths,
+)
+from compactor.lake.segments import ActiveSegment, SegmentRoller, read_partition_logs, record_sizes
+from compactor.lake.storage import Storage
+
+log = logging.getLogger(__name__)
+
+NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
+_FLUSH_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Everything a task needs to append one range; built on the driver, pickled to tasks."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    log_path: str
+    rejected_path: str
+    committed_offset: int | None
+    rejected_offset: int | None
+    active: ActiveSegment | None
+    segment_bytes: int
+    roll_ms: int
+    compact: bool
+    now_ms: int
+    storage: Storage
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    topic: str
+    partition: int
+    last_offset: int  # the range's last offset: everything up to it is handled
+    files: tuple[WrittenFile, ...] = field(default=())
+
+
+class _SegmentBuffer:
+    """Batches of one segment waiting to be written as one file."""
+
+    def __init__(self) -> None:
+        self.batches: list[pa.RecordBatch] = []
+        self.record_bytes = 0
+        self.nbytes = 0
+
+
+def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> WrittenFile:
+    table = pa.Table.from_batches(buf.batches)
+    table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+    return write_data_file(
+        plan.log_path, f"partition={plan.partition}/segment={segment}", table,
+        buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
+        storage=plan.storage,
+    )
+
+
+def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> WrittenFile:
+    table = pa.Table.from_batches(batches)
+    n = table.num_rows
+    table = table.append_column("reason", pa.array([NULL_KEY_REASON] * n, pa.string()))
+    table = table.append_column(
+        "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
+    )
+    sizes = sum(int(record_sizes(b).sum()) for b in batches)
+    return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
+
+
+def write_range(
+    plan: PartitionPlan,
+    client_config: Mapping[str, str],
+    poll_timeout_ms: int,
+    fail_on_data_loss: bool,
+) -> RangeResult:
+    """Task side: consume the plan's range and write its segment files (step 2)."""
+    from streaming.consumer import consume_range, messages_to_batch
+
+    committed = plan.committed_offset if plan.committed_offset is not None else -1
+    messages = consume_range(
+        client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
+        poll_timeout_ms, fail_on_data_loss,
+    )
+    return append_batches(plan, (messages_to_batch(m) for m in messages))
+
+
+def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
+    """Write records (Spark's Kafka schema, offset order) into segment files of the plan."""
+    committed = plan.committed_offset if plan.committed_offset is not None else -1
+    roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
+    buffers: dict[int, _SegmentBuffer] = {}
+    rejected: list[pa.RecordBatch] = []
+    files: list[WrittenFile] = []
+    rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
+
+    for batch in batches:
+        batch = batch.filter(pc.greater(batch.column("offset"), committed))
+        if batch.num_rows == 0:
+            continue
+        if plan.compact:
+            null_key = pc.is_null(batch.column("key"))
+            if pc.any(null_key).as_py():
+                bad = batch.filter(null_key)
+                bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
+                if bad.num_rows:
+                    rejected.append(bad)
+                batch = batch.filter(pc.invert(null_key))
+                if batch.num_rows == 0:
+                    continue
+        sizes = record_sizes(batch)
+        micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        segments = roller.assign_batch(
+            batch.column("offset").to_numpy(zero_copy_only=False), micros // 1000, sizes)
+        for segment in np.unique(segments).tolist():
+            mask = segments == segment
+            part = batch if mask.all() else batch.filter(pa.array(mask))
+            buf = buffers.setdefault(segment, _SegmentBuffer())
+            buf.batches.append(part.drop_columns(LOG_PARTITION_COLUMNS[:1]))
+            buf.record_bytes += int(sizes[mask].sum())
+            buf.nbytes += part.nbytes
+        newest = int(segments[-1])
+        for segment in [s for s in buffers if s != newest or buffers[s].nbytes > _FLUSH_BYTES]:
+            files.append(_log_file(plan, segment, buffers.pop(segment)))
+    for segment, buf in sorted(buffers.items()):
+        files.append(_log_file(plan, segment, buf))
+    if rejected:
+        files.append(_rejected_file(plan, rejected))
+    return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files))
+
+
+def plan_ranges(
+    config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int
+) -> list[PartitionPlan]:
+    """Driver side, step 1: a plan per non-empty range from one snapshot of each topic."""
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for topic, partition, start, end in ranges:
+        by_topic.setdefault(topic, []).append((partition, start, end))
+    plans: list[PartitionPlan] = []
+    for topic, parts in sorted(by_topic.items()):
+        tc = config.topic(topic)
+        paths = topic_paths(config.lake_path, topic)
+        log_table = ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS,
+                                 storage=config.storage)
+        rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None,
+                                      storage=config.storage)
+        logs = read_partition_logs(log_table, [p for p, _, _ in parts])
+        for partition, start, end in sorted(parts):
+            plog = logs[partition]
+            if plog.committed_offset is not None and plog.committed_offset >= end - 1:
+                continue  # a replayed batch: everything is in the lake already
+            plans.append(PartitionPlan(
+                topic=topic, partition=partition, start=start, end=end,
+                log_path=paths.log, rejected_path=paths.rejected,
+                committed_offset=plog.committed_offset,
+                rejected_offset=rejected_table.transaction_version(
+                    INGEST_APP_ID.format(partition=partition)),
+                active=plog.writer_segment(tc.roll_ms, now_ms),
+                segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
+                now_ms=now_ms, storage=config.storage,
+            ))
+    return plans
+
+
+def _commit(
+    table: DeltaTable, path: str, schema: pa.Schema, partition_by: list[str] | None,
+    files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
+) -> None:
+    """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets."""
+    for partition, version in versions.items():
+        current = table.transaction_version(INGEST_APP_ID.format(partition=partition))
+        if current is not None and current >= version:
+            raise LakeError(
+                f"{path}: partition {partition} already holds offsets up to {current}, written "
+                f"by another writer while this one wrote up to {version}; stop the other "
+                "'compactor run' on this lake and topic (only one may mirror it)"
+            )
+    txns = [Transaction(INGEST_APP_ID.format(partition=p), v, now_ms) for p, v in versions.items()]
+    try:
+        table.create_write_transaction(
+            [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
+            commit_properties=CommitProperties(app_transactions=txns),
+        )
+    except Exception as exc:
+        raise LakeError(
+            f"commit to {path} failed: {exc}. If another 'compactor run' mirrors the same "
+            "topic into this lake, stop one of them."
+        ) from exc
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one micro-batch appended to one topic."""
+
+    records: int
+    record_bytes: int
+    rejected: int
+    files: int
+    partitions: int
+    next_offsets: Mapping[int, int] = field(default_factory=dict)  # partition -> next offset
+
+
+@dataclass
+class IngestTotals:
+    """Running totals of what the mirror appended."""
+
+    batches: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    rejected: int = 0
+    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit, MERGE
+    table_seconds: float = 0.0  # the part of it spent merging the latest-value tables
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+    def add(self, stats: Mapping[str, BatchStats], seconds: float,
+            table_seconds: float = 0.0) -> None:
+        self.batches += 1
+        self.busy_seconds += seconds
+        self.table_seconds += table_seconds
+        for topic, s in stats.items():
+            self.records += s.records
+            self.record_bytes += s.record_bytes
+            self.rejected += s.rejected
+            self.per_topic[topic] = self.per_topic.get(topic, 0) + s.records
+
+
+def commit_ranges(config: CompactorConfig, results: list[RangeResult],
+                  generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
+    """Driver side, step 3: rejected files first, then one log commit per topic.
+
+    ``generations`` are this run's writer generations (:mod:`compactor.lake.fencing`); a topic
+    another run claimed since raises FencedError before anything of it is committed.
+    """
+    now_ms = int(time.time() * 1000)
+    stats: dict[str, BatchStats] = {}
+    for topic in sorted({r.topic for r in results}):
+        mine = [r for r in results if r.topic == topic]
+        paths = topic_paths(config.lake_path, topic)
+        # One snapshot of the log serves the fencing check and the log commit: nothing of
+        # this process commits to the log in between (the commit lock is held).
+        log_table = config.storage.table(paths.log)
+        fencing.check(log_table, (generations or {}).get(topic))
+        rejected = [f for r in mine for f in r.files if f.table == "rejected"]
+        if rejected:
+            versions = {r.partition: r.last_offset for r in mine
+                        if any(f.table == "rejected" for f in r.files)}
+            _commit(config.storage.table(paths.rejected), paths.rejected, REJECTED_SCHEMA, None,
+                    rejected, versions, now_ms)
+        log_files = [f for r in mine for f in r.files if f.table == "log"]
+        _commit(log_table, paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
+                {r.partition: r.last_offset for r in mine}, now_ms)
+        stats[topic] = BatchStats(
+            records=sum(f.records for f in log_files),
+            record_bytes=sum(f.record_bytes for f in log_files),
+            rejected=sum(f.records for f in rejected),
+            files=len(log_files),
+            partitions=len(mine),
+            next_offsets={r.partition: r.last_offset + 1 for r in mine},
+        )
+    return stats
+

@@ -1,0 +1,197 @@
+"""Writing the log's Parquet data files, shared by the ingest writer and the cleaner.
+
+Every file is zstd Parquet named by :func:`compactor.layout.data_file_name`, and its Delta
+statistics cover the non-PII columns only (``offset``, ``timestamp``, ``deleteHorizonMs``);
+Parquet's own column statistics are limited the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction
+
+from compactor.exceptions import LakeError
+from compactor.lake.layout import data_file_name, join
+from compactor.lake.storage import Storage, is_local, local_path
+
+NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file written but not yet committed."""
+
+    table: str  # "log" or "rejected"
+    path: str  # relative to the table root
+    size: int
+    partition_values: Mapping[str, str]
+    stats: str
+    records: int
+    record_bytes: int
+    # The write time to record, when not the commit's: a cleaned file keeps the latest write
+    # time of the files it replaces, as Kafka keeps a cleaned segment's lastModified.
+    modified_ms: int | None = None
+
+
+def add_action(f: WrittenFile, now_ms: int) -> AddAction:
+    """The Delta add action of a written file (its statistics already exclude PII)."""
+    modified = f.modified_ms if f.modified_ms is not None else now_ms
+    return AddAction(f.path, f.size, dict(f.partition_values), modified, True, f.stats)
+
+
+def _iso_ms(ms: int) -> str | None:
+    try:
+        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+class _Stats:
+    """Running Delta statistics of the non-PII columns."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.lo: dict[str, int] = {}
+        self.hi: dict[str, int] = {}
+        self.nulls = {"offset": 0, "timestamp": 0, "deleteHorizonMs": 0}
+
+    def add(self, table: pa.Table | pa.RecordBatch) -> None:
+        if table.num_rows == 0:
+            return
+        self.records += table.num_rows
+        columns = {
+            "offset": table.column("offset"),
+            "timestamp": pc.divide(table.column("timestamp").cast(pa.int64()), 1000),
+        }
+        if "deleteHorizonMs" in table.column_names:
+            columns["deleteHorizonMs"] = table.column("deleteHorizonMs")
+        else:
+            self.nulls["deleteHorizonMs"] += table.num_rows
+        for name, column in columns.items():
+            self.nulls[name] += column.null_count
+            low, high = pc.min(column).as_py(), pc.max(column).as_py()
+            if low is not None:
+                self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
+                self.hi[name] = high if name not in self.hi else max(self.hi[name], high)
+
+    def json(self) -> str:
+        mins: dict[str, object] = {}
+        maxs: dict[str, object] = {}
+        for name in self.lo:
+            lo, hi = self.lo[name], self.hi[name]
+            if name == "timestamp":
+                lo_s, hi_s = _iso_ms(lo), _iso_ms(hi)
+                if lo_s is None or hi_s is None:
+                    continue  # beyond what Delta's timestamp statistics can express
+                mins[name], maxs[name] = lo_s, hi_s
+            else:
+                mins[name], maxs[name] = lo, hi
+        return json.dumps({"numRecords": self.records, "minValues": mins, "maxValues": maxs,
+                           "nullCount": self.nulls})
+
+
+def file_stats(table: pa.Table) -> str:
+    """Delta statistics for one file's rows (never key, value or headers)."""
+    stats = _Stats()
+    stats.add(table)
+    return stats.json()
+
+
+class DataFileBuilder:
+    """Streams batches into one data file; named and described once it is complete.
+
+    The name holds the last offset, known only at the end, so the file is written under a
+    temporary name first: beside its final place on a local disk (then renamed), in the
+    local temporary directory for object storage (then uploaded once under its final name).
+    """
+
+    def __init__(self, table_root: str, directory: str, table: str = "log",
+                 partition_values: Mapping[str, str] | None = None, *,
+                 storage: Storage) -> None:
+        self._root = table_root
+        self._directory = directory
+        self._table = table
+        self._partition_values = dict(partition_values or {})
+        self._storage = storage
+        spool = f".tmp-{uuid.uuid4().hex}.parquet"
+        if is_local(table_root):
+            self._tmp = os.path.join(local_path(table_root), directory, spool)
+        else:
+            self._tmp = os.path.join(tempfile.gettempdir(), f"compactor{spool}")
+        self._writer: pq.ParquetWriter | None = None
+        self._stats = _Stats()
+        self._record_bytes = 0
+
+    def write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int) -> None:
+        if batch.num_rows == 0:
+            return
+        if self._writer is None:
+            os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
+            stats_cols = [c for c in NON_PII_STATS if c in batch.schema.names]
+            self._writer = pq.ParquetWriter(
+                self._tmp, batch.schema, compression="zstd", write_statistics=stats_cols,
+                use_dictionary=["topic"] if "topic" in batch.schema.names else False,
+            )
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        self._writer.write_table(table)
+        self._stats.add(batch)
+        self._record_bytes += record_bytes
+
+    def close(self) -> WrittenFile | None:
+        """Finish the file; None when no row was written (nothing is left on disk)."""
+        if self._writer is None:
+            return None
+        self._writer.close()
+        name = data_file_name(self._stats.lo["offset"], self._stats.hi["offset"],
+                              self._record_bytes)
+        relative = f"{self._directory}/{name}" if self._directory else name
+        size = os.path.getsize(self._tmp)
+        if is_local(self._root):
+            os.replace(self._tmp, os.path.join(local_path(self._root), relative))
+        else:
+            self._upload(relative)
+        return WrittenFile(self._table, relative, size, self._partition_values,
+                           self._stats.json(), self._stats.records, self._record_bytes)
+
+    def _upload(self, relative: str) -> None:
+        fs, path = self._storage.filesystem(join(self._root, relative))
+        try:
+            # Through Arrow's own copy: delta-rs's stream takes bytes, not what
+            # NativeFile.write hands it from Python.
+            pafs.copy_files(self._tmp, path, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=fs)
+        except (OSError, pa.ArrowException) as exc:
+            raise LakeError(f"cannot upload data file {join(self._root, relative)}: {exc}") \
+                from exc
+        finally:
+            os.remove(self._tmp)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if os.path.exists(self._tmp):
+            os.remove(self._tmp)
+
+
+def write_data_file(table_root: str, directory: str, table: pa.Table, record_bytes: int,
+                    kind: str = "log", partition_values: Mapping[str, str] | None = None,
+                    *, storage: Storage) -> WrittenFile:
+    """Write one complete table as one data file."""
+    builder = DataFileBuilder(table_root, directory, kind, partition_values, storage=storage)
+    builder.write(table, record_bytes)
+    written = builder.close()
+    if written is None:
+        raise LakeError(f"refusing to write an empty data file under {table_root}/{directory}")
+    return written

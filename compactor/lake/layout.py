@@ -1,0 +1,147 @@
+"""The lake layout, a public contract: paths, schemas and table properties.
+
+For topic ``T`` under lake root ``L``: ``L/T/log`` (the compacted log, partitioned by
+``partition`` and ``segment``), ``L/T/table`` (latest values), ``L/T/rejected`` (records that
+cannot enter a compacted log, with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from compactor.exceptions import LakeError
+from compactor.lake.storage import Storage, is_local, local_path
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+# Spark's Kafka source schema, column for column.
+KAFKA_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", HEADERS_TYPE),
+]
+KAFKA_SCHEMA = pa.schema(KAFKA_FIELDS)
+LOG_SCHEMA = pa.schema(
+    [*KAFKA_FIELDS, pa.field("segment", pa.int64()), pa.field("deleteHorizonMs", pa.int64())]
+)
+LOG_PARTITION_COLUMNS = ["partition", "segment"]
+REJECTED_SCHEMA = pa.schema(
+    [*KAFKA_FIELDS, pa.field("reason", pa.string()), pa.field("rejectedAt", TIMESTAMP_TYPE)]
+)
+
+# Statistics may name these columns only: key and value bytes in the transaction log would
+# outlive every erasure of the data files.
+STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs")
+TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
+    "delta.enableChangeDataFeed": "false",
+}
+TABLE_PROPERTIES_LATEST = {
+    "delta.dataSkippingStatsColumns": "partition,offset,timestamp",
+    "delta.enableChangeDataFeed": "false",
+}
+
+# Delta app transaction ids, one per writer role and Kafka partition; the version is the
+# role's position: ingest = last offset written, cleaner = first dirty offset (checkpoint).
+INGEST_APP_ID = "compactor-ingest-{partition}"
+CLEANER_APP_ID = "compactor-cleaner-{partition}"
+TABLE_APP_ID = "compactor-table-{partition}"  # in L/T/table: the last log offset merged
+
+_FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.(\d+)b\.[0-9a-f]+\.parquet$")
+
+
+@dataclass(frozen=True)
+class TopicPaths:
+    """Where one topic's tables live."""
+
+    root: str
+    log: str
+    table: str
+    rejected: str
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URI or path segments with '/', keeping ``s3://`` style prefixes intact."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def topic_paths(lake_path: str, topic: str) -> TopicPaths:
+    root = join(lake_path, topic)
+    return TopicPaths(
+        root=root, log=join(root, "log"), table=join(root, "table"),
+        rejected=join(root, "rejected"),
+    )
+
+
+def data_file_name(first_offset: int, last_offset: int, record_bytes: int) -> str:
+    """Name a data file so that its record bytes survive in the Delta log.
+
+    delta-rs hands back add paths but not custom statistics keys, and ``segment.bytes`` counts
+    record bytes (key + value + headers), so the name carries them:
+    ``<first offset>-<last offset>.<record bytes>b.<random>.parquet``.
+    """
+    return f"{first_offset:020d}-{last_offset:020d}.{record_bytes}b.{uuid.uuid4().hex[:16]}.parquet"
+
+
+def record_bytes_of(path: str, size_bytes: int) -> int:
+    """Record bytes of a data file; files named by other writers count their on-disk size."""
+    match = _FILE_NAME.match(path.rsplit("/", 1)[-1])
+    return int(match.group(3)) if match else size_bytes
+
+
+def open_table(path: str, storage: Storage) -> DeltaTable | None:
+    """The table at ``path``, or None when no table has been created there yet."""
+    try:
+        return storage.table(path)
+    except TableNotFoundError:
+        return None
+    except Exception as exc:  # delta-rs raises several classes for a broken log
+        raise LakeError(f"cannot read Delta table {path}: {exc}") from exc
+
+
+def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
+    """A table's current rows. Through a pyarrow dataset: with deltalake 1.6.6 and pyarrow 26,
+    ``DeltaTable.to_pyarrow_table()`` makes the process abort at exit ("terminate called
+    without an active exception"), which would turn exit codes into 134."""
+    return table.to_pyarrow_dataset().to_table(columns=columns)
+
+
+def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
+                 properties: dict[str, str] | None = None,
+                 *, storage: Storage) -> DeltaTable:
+    """Open the table, creating it (empty, with the product's properties) when absent."""
+    table = open_table(path, storage)
+    if table is not None:
+        return table
+    if is_local(path):
+        try:
+            os.makedirs(local_path(path), exist_ok=True)
+        except OSError as exc:
+            raise LakeError(
+                f"cannot create lake directory {path}: {exc.strerror or exc} "
+                "(check lake.path and its permissions)"
+            ) from exc
+    try:
+        return DeltaTable.create(
+            path, schema, partition_by=partition_by,
+            configuration=properties if properties is not None else TABLE_PROPERTIES,
+            mode="ignore", storage_options=storage.delta_options(path),
+        )
+    except Exception as exc:
+        raise LakeError(f"cannot create Delta table {path}: {exc}") from exc

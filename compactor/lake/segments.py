@@ -1,0 +1,347 @@
+"""Segments of a mirrored partition: the roll rules, and their state read from the Delta log.
+
+A segment is the directory ``partition=P/segment=S`` of ``L/T/log``, where ``S`` is the offset
+of its first record, as in Kafka. Every figure here is derived from the add actions of one
+Delta snapshot (partition values, statistics, file names); nothing is kept on the side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from compactor.exceptions import LakeError
+from compactor.lake.layout import CLEANER_APP_ID, INGEST_APP_ID, record_bytes_of
+from compactor.lake.storage import Storage
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of the log, as its add action describes it."""
+
+    path: str
+    partition: int
+    segment: int
+    first_offset: int
+    last_offset: int
+    records: int
+    record_bytes: int
+    size_bytes: int
+    min_timestamp_ms: int | None
+    max_timestamp_ms: int | None
+    min_delete_horizon_ms: int | None  # earliest tombstone horizon stamped by the cleaner
+    modified_ms: int | None = None  # the add action's modificationTime (the write time)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment: the files under ``partition=P/segment=S``, in offset order."""
+
+    partition: int
+    base_offset: int
+    files: tuple[DataFile, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return max(f.last_offset for f in self.files)
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def record_bytes(self) -> int:
+        return sum(f.record_bytes for f in self.files)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def min_timestamp_ms(self) -> int:
+        stamps = [f.min_timestamp_ms for f in self.files if f.min_timestamp_ms is not None]
+        return min(stamps, default=0)
+
+    @property
+    def max_timestamp_ms(self) -> int:
+        stamps = [f.max_timestamp_ms for f in self.files if f.max_timestamp_ms is not None]
+        return max(stamps, default=0)
+
+    @property
+    def min_delete_horizon_ms(self) -> int | None:
+        horizons = [f.min_delete_horizon_ms for f in self.files
+                    if f.min_delete_horizon_ms is not None]
+        return min(horizons, default=None)
+
+    def roll_deadline_ms(self, roll_ms: int) -> int:
+        """When this segment counts as rolled even if nothing follows it."""
+        return self.min_timestamp_ms + roll_ms
+
+    def rolled_by(self, roll_ms: int, now_ms: int) -> bool:
+        """Past its deadline by the wall clock: closed for the writer and the cleaner alike."""
+        return now_ms > self.roll_deadline_ms(roll_ms)
+
+
+@dataclass(frozen=True)
+class ActiveSegment:
+    """What the writer needs to know of the segment it appends to."""
+
+    base_offset: int
+    first_timestamp_ms: int
+    record_bytes: int
+
+
+@dataclass(frozen=True)
+class PartitionLog:
+    """Segments of one partition, oldest first, and the last offset ingest committed."""
+
+    partition: int
+    segments: tuple[Segment, ...]
+    committed_offset: int | None
+    cleaner_offset: int | None = None  # the cleaner checkpoint: first dirty offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset after the last record the lake holds (or has committed)."""
+        last = self.segments[-1].last_offset if self.segments else -1
+        return max(last, self.committed_offset if self.committed_offset is not None else -1) + 1
+
+    @property
+    def active(self) -> Segment | None:
+        """The last segment, unless the cleaner has covered part of it.
+
+        The cleaner only covers closed segments, and a segment closed once stays closed
+        (Kafka never reopens a rolled segment), even though dropping its earliest records
+        moved its earliest timestamp, and so its time-roll deadline, later.
+        """
+        if not self.segments:
+            return None
+        last = self.segments[-1]
+        if self.cleaner_offset is not None and last.base_offset < self.cleaner_offset:
+            return None
+        return last
+
+    def writer_segment(self, roll_ms: int, now_ms: int) -> ActiveSegment | None:
+        """The segment the next append continues, or None when it must start a new one.
+
+        An active segment whose deadline passed while the partition was idle has rolled
+        (the cleaner may already treat it as closed), so new records never join it.
+        """
+        active = self.active
+        if active is None or active.rolled_by(roll_ms, now_ms):
+            return None
+        return ActiveSegment(active.base_offset, active.min_timestamp_ms, active.record_bytes)
+
+
+class SegmentRoller:
+    """Assigns each appended record to a segment by Kafka's roll rules.
+
+    A record starts a new segment when there is no active segment, when it would carry the
+    active segment past ``segment.bytes`` (a segment always takes at least one record), or when
+    its timestamp is more than ``roll_ms`` (segment.ms, or KIP-354's min(segment.ms,
+    max.compaction.lag.ms)) after the segment's earliest timestamp.
+    """
+
+    def __init__(self, active: ActiveSegment | None, segment_bytes: int, roll_ms: int) -> None:
+        self._segment_bytes = segment_bytes
+        self._roll_ms = roll_ms
+        self._base = active.base_offset if active else None
+        self._first_ts = active.first_timestamp_ms if active else 0
+        self._bytes = active.record_bytes if active else 0
+
+    def assign_batch(self, offsets: npt.NDArray[np.int64], timestamps_ms: npt.NDArray[np.int64],
+                     sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """:meth:`assign` for numpy arrays, without a Python loop when nothing rolls.
+
+        That is the common case (a micro-batch is far smaller than a segment); a batch in
+        which some record rolls goes through :meth:`assign`.
+        """
+        n = len(offsets)
+        if n and self._base is not None:
+            used_before = self._bytes + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            by_size = (used_before > 0) & (used_before + sizes > self._segment_bytes)
+            earliest = np.minimum.accumulate(np.concatenate(([self._first_ts],
+                                                             timestamps_ms[:-1])))
+            by_time = timestamps_ms - earliest > self._roll_ms
+            if not (by_size.any() or by_time.any()):
+                self._first_ts = int(min(self._first_ts, int(timestamps_ms.min())))
+                self._bytes = int(used_before[-1] + sizes[-1])
+                return np.full(n, self._base, dtype=np.int64)
+        return np.array(self.assign(offsets.tolist(), timestamps_ms.tolist(), sizes.tolist()),
+                        dtype=np.int64)
+
+    def assign(
+        self, offsets: Sequence[int], timestamps_ms: Sequence[int], sizes: Sequence[int]
+    ) -> list[int]:
+        """Segment base offset for each record, in order."""
+        out: list[int] = []
+        base, first_ts, used = self._base, self._first_ts, self._bytes
+        limit, roll_ms = self._segment_bytes, self._roll_ms
+        for offset, ts, size in zip(offsets, timestamps_ms, sizes, strict=True):
+            if (
+                base is None
+                or (used > 0 and used + size > limit)
+                or ts - first_ts > roll_ms
+            ):
+                base, first_ts, used = offset, ts, 0
+            elif ts < first_ts:
+                first_ts = ts
+            used += size
+            out.append(base)
+        self._base, self._first_ts, self._bytes = base, first_ts, used
+        return out
+
+
+def record_sizes(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
+    """Record bytes as ``segment.bytes`` counts them: key + value + header keys and values."""
+    import pyarrow.compute as pc
+
+    def lengths(arr: pa.Array) -> npt.NDArray[np.int64]:
+        counted = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False)
+        return np.asarray(counted, dtype=np.int64)
+
+    total = lengths(batch.column("key")) + lengths(batch.column("value"))
+    headers = batch.column("headers")
+    if len(headers) and pc.sum(pc.fill_null(pc.list_value_length(headers), 0)).as_py():
+        flat = pc.list_flatten(headers)
+        per_header = (lengths(pc.struct_field(flat, "key").cast(pa.binary()))
+                      + lengths(pc.struct_field(flat, "value")))
+        parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        total += np.bincount(parents, weights=per_header, minlength=len(batch)).astype(np.int64)
+    return total
+
+
+def _column(cols: Mapping[str, list[object]], name: str, n: int) -> list[object]:
+    """A statistics column; absent when no file has a value for it."""
+    return cols.get(name) or [None] * n
+
+
+def _files_from_actions(actions: pa.Table) -> list[DataFile]:
+    cols = {name: actions.column(name).to_pylist() for name in actions.column_names}
+    n = actions.num_rows
+    min_ts, max_ts = _column(cols, "min.timestamp", n), _column(cols, "max.timestamp", n)
+    horizon = _column(cols, "min.deleteHorizonMs", n)
+    modified = _column(cols, "modification_time", n)
+    files = []
+    for i, path in enumerate(cols["path"]):
+        size = _as_int(cols["size_bytes"][i])
+        written = None if modified[i] is None else _to_ms(modified[i])
+        lo = None if min_ts[i] is None else _to_ms(min_ts[i])
+        hi = None if max_ts[i] is None else _to_ms(max_ts[i])
+        files.append(DataFile(
+            path=str(path),
+            partition=_as_int(cols["partition.partition"][i]),
+            segment=_as_int(cols["partition.segment"][i]),
+            first_offset=_as_int(cols["min.offset"][i]),
+            last_offset=_as_int(cols["max.offset"][i]),
+            records=_as_int(cols["num_records"][i]),
+            record_bytes=record_bytes_of(str(path), size),
+            size_bytes=size,
+            min_timestamp_ms=_dated(lo, hi, written, lowest=True),
+            max_timestamp_ms=_dated(lo, hi, written, lowest=False),
+            min_delete_horizon_ms=None if horizon[i] is None else _as_int(horizon[i]),
+            modified_ms=written,
+        ))
+    return files
+
+
+def _dated(lo: int | None, hi: int | None, written: int | None, lowest: bool) -> int | None:
+    """A file's earliest or latest record time, where a record without a timestamp (negative:
+    Kafka's -1, message format v0) counts as written when its file was, as Kafka falls back
+    to a segment file's modification time for rolls, retention and the compaction lag."""
+    if lo is None or hi is None or written is None or lo >= 0:
+        return lo if lowest else hi
+    if hi < 0:  # no record of the file has a timestamp
+        return written
+    return min(hi, written) if lowest else max(hi, written)
+
+
+def _segments(files: list[DataFile]) -> dict[int, list[Segment]]:
+    grouped: dict[tuple[int, int], list[DataFile]] = {}
+    for f in files:
+        grouped.setdefault((f.partition, f.segment), []).append(f)
+    result: dict[int, list[Segment]] = {}
+    for (partition, base), members in sorted(grouped.items()):
+        members.sort(key=lambda f: f.first_offset)
+        result.setdefault(partition, []).append(Segment(partition, base, tuple(members)))
+    return result
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _to_ms(value: object) -> int:
+    """Statistics timestamps arrive as datetimes; Kafka speaks epoch milliseconds."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        return delta // dt.timedelta(milliseconds=1)
+    return _as_int(value)
+
+
+def read_partition_logs(
+    table: DeltaTable, partitions: Iterable[int] | None = None
+) -> Mapping[int, PartitionLog]:
+    """Every partition's segments and committed ingest offset, from one snapshot of ``table``."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    by_partition = _segments(_files_from_actions(actions)) if actions.num_rows else {}
+    wanted = set(by_partition) | set(partitions or ())
+    return {
+        partition: PartitionLog(
+            partition=partition,
+            segments=tuple(by_partition.get(partition, ())),
+            committed_offset=table.transaction_version(INGEST_APP_ID.format(partition=partition)),
+            cleaner_offset=table.transaction_version(CLEANER_APP_ID.format(partition=partition)),
+        )
+        for partition in sorted(wanted)
+    }
+
+
+def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
+                 columns: list[str], storage: Storage) -> pa.Table:
+    """The log records of one partition with ``after < offset <= upto``, from its files.
+
+    ``columns`` must include ``offset``; a ``partition`` column is added (files do not
+    hold it, it is a partition value).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from compactor.lake.layout import join
+
+    parts = []
+    for seg in plog.segments:
+        for f in seg.files:
+            if f.last_offset <= after or f.first_offset > upto:
+                continue
+            fs, path = storage.filesystem(join(log_uri, f.path))
+            try:
+                table = pq.read_table(path, columns=columns, filesystem=fs)
+            except (OSError, pa.ArrowException) as exc:  # named, for status and the logs
+                raise LakeError(f"cannot read data file {f.path} of partition "
+                                f"{plog.partition}: {exc}") from exc
+            offsets = table.column("offset")
+            table = table.filter(pc.and_(pc.greater(offsets, after),
+                                         pc.less_equal(offsets, upto)))
+            if table.num_rows:
+                parts.append(table.append_column(
+                    "partition", pa.array([plog.partition] * table.num_rows, pa.int32())))
+    if not parts:
+        return pa.schema([*(pa.field(c, pa.null()) for c in columns),
+                          pa.field("partition", pa.int32())]).empty_table()
+    return pa.concat_tables(parts)

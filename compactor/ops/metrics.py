@@ -1,0 +1,100 @@
+"""Prometheus metrics of ``compactor run`` on ``metrics.port``, with Kafka's names snake_cased.
+
+Cleaner gauges (Kafka's LogCleaner / LogCleanerManager): max_compaction_delay_secs,
+max_dirty_percent, cleaner_recopy_percent, max_clean_time_secs, max_buffer_utilization_percent,
+uncleanable_partitions_count, uncleanable_bytes. Plus records and bytes ingested, consumer lag
+per partition, and per topic the erasure backlog, its oldest age and missed deadlines. All are
+prefixed ``compactor_``. Figures come from the same state as ``compactor status``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from compactor.cleaner.maintenance import PassReport
+from compactor.config import CompactorConfig
+from compactor.ingest.writer import BatchStats
+from compactor.ops.status import collect_status
+
+_LAG_EVERY_S = 5.0
+
+
+class Metrics:
+    """The service's metrics; ``port`` 0 registers them without serving them."""
+
+    def __init__(self, config: CompactorConfig, port: int = 0) -> None:
+        self._config = config
+        self.registry = CollectorRegistry()
+        r = self.registry
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"compactor_{name}", doc, labels, registry=r)
+
+        self.max_compaction_delay = gauge(
+            "max_compaction_delay_secs", "Longest time a partition is overdue for cleaning "
+            "under max.compaction.lag.ms (KIP-354).")
+        self.max_dirty_percent = gauge("max_dirty_percent", "Highest dirty ratio, in percent.")
+        self.recopy_percent = gauge(
+            "cleaner_recopy_percent", "Bytes written / bytes read by the last pass, in percent.")
+        self.max_clean_time = gauge("max_clean_time_secs", "Longest partition clean last pass.")
+        self.buffer_utilization = gauge(
+            "max_buffer_utilization_percent", "Fullest offset map of the last pass, in percent.")
+        self.uncleanable_count = gauge(
+            "uncleanable_partitions_count", "Partitions whose cleaning failed.")
+        self.uncleanable_bytes = gauge(
+            "uncleanable_bytes", "Dirty bytes of the partitions whose cleaning failed.")
+        self.records = Counter("compactor_records_ingested", "Records mirrored into the lake.",
+                               ["topic"], registry=r)
+        self.bytes = Counter("compactor_bytes_ingested", "Record bytes mirrored (key, value, "
+                             "headers).", ["topic"], registry=r)
+        self.lag = gauge("consumer_lag", "Broker end offset minus the mirrored offset.",
+                         ("topic", "partition"))
+        self.erasure_backlog = gauge("erasure_backlog", "Tombstones some target has not "
+                                     "erased yet.", ("topic",))
+        self.erasure_oldest = gauge("erasure_oldest_pending_age_secs", "Age of the oldest "
+                                    "pending erasure.", ("topic",))
+        self.erasure_missed = gauge("erasure_missed_deadlines", "Erasures past their deadline "
+                                    "or finished after it.", ("topic",))
+        self._last_lag = 0.0
+        if port:
+            start_http_server(port, registry=self.registry)
+
+    def on_batch(self, _batch_id: int, stats: Mapping[str, BatchStats]) -> None:
+        for topic, s in stats.items():
+            self.records.labels(topic).inc(s.records)
+            self.bytes.labels(topic).inc(s.record_bytes)
+
+    def on_pass(self, report: PassReport, uncleanable: Mapping[tuple[str, int], str]) -> None:
+        results = [o.result for o in report.outcomes if o.result is not None]
+        read = sum(r.stats.bytes_read for r in results)
+        if read:
+            self.recopy_percent.set(100.0 * sum(r.stats.bytes_written for r in results) / read)
+        if results:
+            self.max_clean_time.set(max(r.stats.seconds for r in results))
+            self.buffer_utilization.set(100.0 * max(r.stats.buffer_utilization
+                                                    for r in results))
+        self.uncleanable_count.set(len(uncleanable))
+        self.refresh(uncleanable)
+
+    def refresh(self, uncleanable: Mapping[tuple[str, int], str] | None = None) -> None:
+        """Recompute the state gauges from the lake (and, every few seconds, the broker)."""
+        ask = time.monotonic() - self._last_lag >= _LAG_EVERY_S
+        topics, _ = collect_status(self._config, ask_broker=ask)
+        if ask:
+            self._last_lag = time.monotonic()
+        partitions = [p for t in topics for p in t.partitions]
+        self.max_compaction_delay.set(
+            max((p.max_compaction_delay_ms for p in partitions), default=0) / 1000)
+        self.max_dirty_percent.set(100.0 * max((p.dirty_ratio for p in partitions), default=0))
+        self.uncleanable_bytes.set(sum(p.dirty_bytes for p in partitions
+                                       if (p.topic, p.partition) in (uncleanable or {})))
+        for p in partitions:
+            if p.lag is not None:
+                self.lag.labels(p.topic, str(p.partition)).set(p.lag)
+        for t in topics:
+            self.erasure_backlog.labels(t.topic).set(t.erasure.pending)
+            self.erasure_oldest.labels(t.topic).set((t.erasure.oldest_pending_age_ms or 0) / 1000)
+            self.erasure_missed.labels(t.topic).set(t.erasure.missed_deadlines)

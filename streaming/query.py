@@ -1,0 +1,206 @@
+"""The mirror: a Structured Streaming query from Kafka into the lake's segment logs.
+
+The source plans offset ranges (``compactor.ranges``) and Spark keeps them in its checkpoint;
+``foreachBatch`` hands them to one write task per Kafka partition and commits the files
+(see :mod:`compactor.ingest.writer` for the commit protocol). Records never enter the JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from compactor import exceptions as errors
+from compactor.config import CompactorConfig
+from compactor.erasure.tombstones import TombstoneReaders
+from compactor.exceptions import CompactorError
+from compactor.ingest.incarnation import Incarnations
+from compactor.ingest.writer import (
+    BatchStats,
+    IngestTotals,
+    commit_ranges,
+    plan_ranges,
+    write_range,
+)
+from compactor.lake.latest import catch_up
+from compactor.lake.layout import open_table, topic_paths
+from compactor.lake.segments import read_partition_logs
+from streaming import exceptions as streaming_errors
+from streaming.exceptions import StreamingError
+from streaming.kafka_source import SHORT_NAME
+from streaming.offsets import EARLIEST, LATEST, OffsetReader
+
+log = logging.getLogger(__name__)
+
+
+def starting_offsets(config: CompactorConfig) -> str:
+    """Where a query without a checkpoint starts: after what the lake already holds.
+
+    The lake, not the checkpoint, is the record of what was mirrored; partitions it does
+    not know start at ``starting.offsets``.
+    """
+    default = LATEST if config.starting_offsets == "latest" else EARLIEST
+    reader = OffsetReader(config.kafka_client_config())
+    offsets: dict[str, dict[str, int]] = {}
+    for topic, partition in reader.partitions(list(config.topics), None):
+        offsets.setdefault(topic, {})[str(partition)] = default
+    for topic in config.topics:
+        table = open_table(topic_paths(config.lake_path, topic).log, config.storage)
+        if table is None:
+            continue
+        for partition, plog in read_partition_logs(table).items():
+            if plog.committed_offset is not None:
+                offsets.setdefault(topic, {})[str(partition)] = plog.committed_offset + 1
+    return json.dumps(offsets)
+
+
+_ERROR_LINE = re.compile(r"(?:compactor\.exceptions\.|streaming\.exceptions\.)?(\w+Error): (.+)")
+_ERROR_CLASSES: dict[str, type[CompactorError]] = {
+    name: cls
+    for module in (errors, streaming_errors)
+    for name, cls in vars(module).items()
+    if isinstance(cls, type) and issubclass(cls, CompactorError) and cls is not errors.ConfigError
+}
+
+
+def unwrap_error(exc: BaseException) -> CompactorError:
+    """Map an exception raised in a Python worker back to the product's class and message.
+
+    Errors raised by the source or by tasks reach the driver as text inside Spark's
+    exception; the last ``<ErrorClass>: message`` line names ours.
+    """
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        match = _ERROR_LINE.search(line)
+        cls = _ERROR_CLASSES.get(match.group(1)) if match else None
+        if match and cls is not None:
+            return cls(match.group(2).strip())
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return StreamingError(f"the streaming query failed: {first}")
+
+
+class Mirror:
+    """Builds and runs the mirror query for one configuration."""
+
+    def __init__(self, spark: SparkSession, config: CompactorConfig,
+                 commit_lock: threading.Lock | None = None) -> None:
+        self.spark = spark
+        self.config = config
+        self.commit_lock = commit_lock or threading.Lock()
+        self.totals = IngestTotals()
+        self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
+        self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
+        self.readers = TombstoneReaders(config)
+        self.ledger = self.readers.ledger
+        self._last_merge = time.monotonic()
+        self.in_batch = False
+        self.failure: BaseException | None = None
+        self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
+        self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
+
+    def _write_batch(self, df: DataFrame, batch_id: int) -> None:
+        self.in_batch = True
+        try:
+            self._append(df, batch_id)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        finally:
+            self.in_batch = False
+
+    def _append(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        ranges = [
+            (r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
+            for r in df.collect()
+        ]
+        now_ms = int(time.time() * 1000)
+        plans = plan_ranges(self.config, ranges, now_ms)
+        if not plans:
+            return
+        client = self.config.kafka_client_config()
+        fail = self.config.fail_on_data_loss
+        results = (
+            self.spark.sparkContext.parallelize(plans, len(plans))
+            .map(lambda plan: write_range(plan, client, 120_000, fail))
+            .collect()
+        )
+        if self.incarnations is not None:  # nothing read from a recreated topic is committed
+            self.incarnations.verify({plan.topic for plan in plans})
+        with self.commit_lock:
+            stats = commit_ranges(self.config, results, self.generations)
+            for topic in sorted(stats):
+                erased = self.readers.catch_up(topic).erased
+                if erased:
+                    for hook in self.table_hooks:
+                        hook(topic)
+        merging = time.monotonic()
+        self.merge_tables(force=self.config.table_merge_interval_ms == 0)
+        merge_s = time.monotonic() - merging
+        took = time.monotonic() - started
+        records = sum(s.records for s in stats.values())
+        log.info("batch %d: %d records, %d rejected, %d files in %.1fs (%.1fs of it merging "
+                 "the latest-value table)", batch_id, records,
+                 sum(s.rejected for s in stats.values()),
+                 sum(s.files for s in stats.values()), took, merge_s)
+        self.totals.add(stats, took, merge_s)
+        for listener in self.listeners:
+            listener(batch_id, stats)
+
+    def merge_tables(self, force: bool = False) -> None:
+        """Bring every latest-value table up to its log, at most every table.merge.interval.ms.
+
+        Called after each micro-batch and by the service loop, so that a cadence also catches
+        up when no new batch arrives.
+        """
+        interval = self.config.table_merge_interval_ms / 1000
+        if not force and time.monotonic() - self._last_merge < interval:
+            return
+        with self.commit_lock:
+            for topic in self.config.topics:
+                merged = catch_up(self.config, topic)
+                if merged.tombstones:
+                    self.ledger.record_done(topic, "table", merged.merged_upto)
+                if merged.updated or merged.deleted:
+                    for hook in self.table_hooks:
+                        hook(topic)
+        self._last_merge = time.monotonic()
+
+    def error(self, exc: BaseException) -> CompactorError:
+        """The product error behind a failed query, unwrapped from Spark's and Py4J's."""
+        if isinstance(self.failure, CompactorError):
+            return self.failure
+        return unwrap_error(exc)
+
+    def start(self, once: bool = False) -> StreamingQuery:
+        cfg = self.config
+        reader = (
+            self.spark.readStream.format(SHORT_NAME)
+            .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+            .option("subscribe", ",".join(cfg.topics))
+            .option("startingOffsets", starting_offsets(cfg))
+            .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
+            .option("compactor.ranges", "true")
+        )
+        for key, value in cfg.kafka.items():
+            reader = reader.option(f"kafka.{key}", value)
+        if cfg.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+        writer = (
+            reader.load().writeStream.foreachBatch(self._write_batch)
+            .option("checkpointLocation", f"{cfg.checkpoint_path.rstrip('/')}/mirror")
+            .queryName("kafka-lake-mirror")
+        )
+        trigger: dict[str, Any] = (
+            {"availableNow": True} if once
+            else {"processingTime": f"{cfg.trigger_interval_ms} milliseconds"}
+        )
+        return writer.trigger(**trigger).start()
