@@ -1,7 +1,9 @@
 """Consume one offset range of one partition straight into Arrow record batches.
 
-Runs inside Spark tasks. No consumer group is used: the range is assigned explicitly, and
-Spark's checkpoint plus the lake's app transactions hold the position.
+Runs inside Spark tasks: the Kafka source's reads and the mirror's write tasks
+(:func:`write_range`, step 2 of :mod:`compactor.ingest.writer`'s protocol). No consumer
+group is used: the range is assigned explicitly, and Spark's checkpoint plus the lake's app
+transactions hold the position.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError, DataLossError
+from compactor.ingest.writer import PartitionPlan, RangeResult, append_batches
 from compactor.lake.layout import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
@@ -160,3 +163,18 @@ def messages_to_batch(messages: list[Message], include_headers: bool = True) -> 
         ],
         schema=KAFKA_SCHEMA,
     )
+
+
+def write_range(
+    plan: PartitionPlan,
+    client_config: Mapping[str, str],
+    poll_timeout_ms: int,
+    fail_on_data_loss: bool,
+) -> RangeResult:
+    """Task side: consume the plan's range and write its segment files (step 2)."""
+    committed = plan.committed_offset if plan.committed_offset is not None else -1
+    messages = consume_range(
+        client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
+        poll_timeout_ms, fail_on_data_loss,
+    )
+    return append_batches(plan, (messages_to_batch(m) for m in messages))

@@ -42,13 +42,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from compactor.exceptions import DataLossError
+from compactor.kafka.offsets import OffsetReader
 from streaming.consumer import consume_range, messages_to_batch
 from streaming.exceptions import KafkaSourceError
 from streaming.offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
-    OffsetReader,
     Offsets,
     parse_starting_offsets,
     rate_limit,

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
-
-from compactor.exceptions import BrokerUnavailableError
-from compactor.kafka.admin import admin_client
 from streaming.exceptions import KafkaSourceError
 
 EARLIEST = -2
@@ -83,56 +77,3 @@ def to_offsets(ranges: list[OffsetRange], use_end: bool = True) -> Offsets:
     for r in ranges:
         result.setdefault(r.topic, {})[str(r.partition)] = r.end if use_end else r.start
     return result
-
-
-class OffsetReader:
-    """Asks the cluster which partitions exist and where their logs start and end.
-
-    The end is the last stable offset under read_committed, the high watermark otherwise,
-    exactly as a consumer with the same isolation level would stop.
-    """
-
-    def __init__(self, client_config: Mapping[str, str], timeout_s: float = 30.0) -> None:
-        self._admin = admin_client(client_config)
-        self._timeout = timeout_s
-        self._isolation = (
-            IsolationLevel.READ_UNCOMMITTED
-            if client_config.get("isolation.level") == "read_uncommitted"
-            else IsolationLevel.READ_COMMITTED
-        )
-        self._servers = client_config.get("bootstrap.servers", "?")
-
-    def partitions(self, topics: list[str] | None, pattern: str | None) -> list[tuple[str, int]]:
-        """Partitions of the subscribed topics (or of every topic matching ``pattern``)."""
-        try:
-            meta = self._admin.list_topics(timeout=self._timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"cannot reach Kafka at {self._servers}: {exc.args[0]} "
-                "(check bootstrap.servers and that the cluster is up)"
-            ) from exc
-        regex = re.compile(pattern) if pattern else None
-        found: list[tuple[str, int]] = []
-        for name, topic in meta.topics.items():
-            if topic.error is not None:
-                continue
-            if (topics is not None and name in topics) or (regex and regex.fullmatch(name)):
-                found.extend((name, p) for p in topic.partitions)
-        return sorted(found)
-
-    def offsets(self, tps: list[tuple[str, int]], which: str) -> dict[tuple[str, int], int]:
-        """``which`` = "earliest" (log start offset) or "latest" (end by isolation level)."""
-        if not tps:
-            return {}
-        spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
-        request = {TopicPartition(t, p): spec for t, p in tps}
-        try:
-            futures = self._admin.list_offsets(
-                request, isolation_level=self._isolation, request_timeout=self._timeout
-            )
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"cannot list {which} offsets at {self._servers}: {exc.args[0]}"
-            ) from exc
-

@@ -18,25 +18,22 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from checkpoints import query_checkpoint
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import TombstoneReaders
 from compactor.exceptions import CompactorError
 from compactor.ingest.incarnation import Incarnations
-from compactor.ingest.writer import (
-    BatchStats,
-    IngestTotals,
-    commit_ranges,
-    plan_ranges,
-    write_range,
-)
+from compactor.ingest.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges
+from compactor.kafka.offsets import OffsetReader
 from compactor.lake.latest import catch_up
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 from streaming import exceptions as streaming_errors
+from streaming.consumer import write_range
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
-from streaming.offsets import EARLIEST, LATEST, OffsetReader
+from streaming.offsets import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +193,7 @@ class Mirror:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
         writer = (
             reader.load().writeStream.foreachBatch(self._write_batch)
-            .option("checkpointLocation", f"{cfg.checkpoint_path.rstrip('/')}/mirror")
+            .option("checkpointLocation", query_checkpoint(cfg.checkpoint_path))
             .queryName("kafka-lake-mirror")
         )
         trigger: dict[str, Any] = (

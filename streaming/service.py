@@ -24,36 +24,29 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from compactor.cleaner.maintenance import CleaningTotals, LogMaintenance, PassReport
-from compactor.config import CompactorConfig
+from compactor.cleaner.maintenance import LogMaintenance, PassReport
+from compactor.config import CompactorConfig, resolve_config
 from compactor.erasure.downstream import check_downstream
 from compactor.exceptions import CompactorError
 from compactor.ingest.incarnation import Incarnations
-from compactor.ingest.writer import BatchStats, IngestTotals
-from compactor.kafka.admin import resolve_config
+from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
 from compactor.lake.layout import topic_paths
+from compactor.ops.engine import RunSummary
 from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class RunSummary:
-    """What one ``compactor run`` did; printed as JSON by ``--json``."""
-
-    ingest: IngestTotals = field(default_factory=IngestTotals)
-    cleaning: CleaningTotals = field(default_factory=CleaningTotals)
-    seconds: float = 0.0
-
-
 class Service:
-    """Owns the Spark session, the mirror and the maintenance of one configuration."""
+    """Owns the Spark session, the mirror and the maintenance of one configuration.
+
+    The ``spark`` engine of :mod:`compactor.ops.engine` (the ``compactor.engines`` entry point).
+    """
 
     def __init__(self, config: CompactorConfig) -> None:
         self.config = resolve_config(config)

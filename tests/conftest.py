@@ -61,8 +61,7 @@ def topic_factory(broker: Any) -> Callable[..., str]:
 @pytest.fixture
 def lake_config(broker: Any, tmp_path: Path) -> Callable[..., Any]:
     """A validated CompactorConfig for one topic with its own lake and checkpoint dirs."""
-    from compactor.config import build_config
-    from compactor.kafka.admin import resolve_config
+    from compactor.config import build_config, resolve_config
 
     def make(topic: str, **extra: str) -> Any:
         raw = {

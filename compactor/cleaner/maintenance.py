@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake import Transaction
 from deltalake.transaction import CommitProperties, RemoveAction
 
+from checkpoints import CLEANER
 from compactor.cleaner import uncleanable
 from compactor.cleaner.cleanable import (
     CleanableRange,
@@ -49,7 +49,6 @@ from compactor.exceptions import CompactorError, LakeError
 from compactor.lake import fencing
 from compactor.lake.datafiles import add_action
 from compactor.lake.layout import (
-    CLEANER_APP_ID,
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     open_table,
@@ -297,7 +296,6 @@ class LogMaintenance:
                                    result.error)
             return False
         self.uncleanable.pop(key, None)
-        app_id = CLEANER_APP_ID.format(partition=result.partition)
         nothing = not result.removed and not result.added and result.checkpoint == item.checkpoint
         if nothing and not uncleanable.is_marked(self._config.storage.table(item.plan.log_path),
                                                  result.partition):
@@ -312,10 +310,10 @@ class LogMaintenance:
         with self._lock:
             table = self._config.storage.table(item.plan.log_path)
             fencing.check(table, self.generations.get(result.topic))
-            if table.transaction_version(app_id) != item.checkpoint:
+            if CLEANER.read(table, result.partition) != item.checkpoint:
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
                 return False
-            txns = [Transaction(app_id, result.checkpoint, now_ms)]
+            txns = [CLEANER.moved_to(result.checkpoint, result.partition, now_ms=now_ms)]
             if uncleanable.is_marked(table, result.partition):
                 txns.append(uncleanable.clearing(result.partition, now_ms))
             try:

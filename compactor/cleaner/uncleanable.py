@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from deltalake import DeltaTable, Transaction
 from deltalake.transaction import CommitProperties
 
+from checkpoints import CLEANABLE, UNCLEANABLE
 from compactor.exceptions import LakeError
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
 
-MARKED_APP_ID = "compactor-uncleanable-{partition}"
-CLEARED_APP_ID = "compactor-cleanable-{partition}"
 REASON_KEY = "compactor.uncleanable"
 _HISTORY_LIMIT = 1000  # commits searched for a reason; older ones say so
 
@@ -45,8 +44,8 @@ class Uncleanable:
 
 def _marked_since(table: DeltaTable, partition: int) -> int | None:
     """When the partition was marked, if it still is."""
-    marked = table.transaction_version(MARKED_APP_ID.format(partition=partition)) or 0
-    cleared = table.transaction_version(CLEARED_APP_ID.format(partition=partition)) or 0
+    marked = UNCLEANABLE.read(table, partition) or 0
+    cleared = CLEANABLE.read(table, partition) or 0
     return marked if marked > cleared else None
 
 
@@ -61,8 +60,7 @@ def mark(table: DeltaTable, partition: int, reason: str) -> None:
         table.create_write_transaction(
             [], "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(MARKED_APP_ID.format(partition=partition),
-                                              now_ms, now_ms)],
+                app_transactions=[UNCLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)],
                 custom_metadata={REASON_KEY: json.dumps({"partition": partition,
                                                          "reason": reason})}),
         )
@@ -73,7 +71,7 @@ def mark(table: DeltaTable, partition: int, reason: str) -> None:
 
 def clearing(partition: int, now_ms: int) -> Transaction:
     """Step 2: the app transaction a successful cleaning commit adds."""
-    return Transaction(CLEARED_APP_ID.format(partition=partition), now_ms, now_ms)
+    return CLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)
 
 
 def read(table: DeltaTable, partitions: Iterable[int]) -> dict[int, Uncleanable]:

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
+from checkpoints import ERASE
 from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
 from compactor.lake.layout import open_table, topic_paths
@@ -37,7 +38,6 @@ from compactor.lake.segments import PartitionLog, read_offsets, read_partition_l
 
 log = logging.getLogger(__name__)
 
-ERASE_APP_ID = "compactor-erase-{topic}-{partition}"
 _INTERVAL = re.compile(r"^interval\s+(\d+)\s+(\w+?)s?$", re.IGNORECASE)
 _UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000,
             "day": 86_400_000, "week": 604_800_000}
@@ -139,8 +139,7 @@ class DownstreamEraser:
                             "downstream.* keys)")
         ranges: dict[int, tuple[int, int]] = {}
         for partition, plog in logs.items():
-            applied = table.transaction_version(
-                ERASE_APP_ID.format(topic=d.topic, partition=partition))
+            applied = ERASE.read(table, partition, d.topic)
             lo = max(applied if applied is not None else -1,
                      self._scanned.get((d.name, partition), -1))
             self._scanned[(d.name, partition)] = lo
@@ -168,7 +167,7 @@ class DownstreamEraser:
             return {p: hi for p, (_, hi) in ranges.items()} if keys else {}
         key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
         source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
-        txns = [Transaction(ERASE_APP_ID.format(topic=d.topic, partition=p), hi)
+        txns = [ERASE.moved_to(hi, p, d.topic)
                 for p, (_, hi) in ranges.items()]
         try:
             metrics = (table.merge(source, predicate=f"t.`{d.key_column}` = s.k",

@@ -30,10 +30,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
+from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake.layout import ensure_table, open_table, read_table, topic_paths
@@ -41,7 +42,6 @@ from compactor.lake.segments import read_offsets, read_partition_logs
 
 log = logging.getLogger(__name__)
 
-LEDGER_APP_ID = "compactor-ledger-{partition}"
 LEDGER_SCHEMA = pa.schema([
     ("event", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
     ("keyDigest", pa.binary()), ("tombstoneTimeMs", pa.int64()), ("deadlineMs", pa.int64()),
@@ -127,7 +127,7 @@ class ErasureLedger:
         found: list[tuple[int, int, bytes, int]] = []
         moved: dict[int, int] = {}
         for partition, plog in read_partition_logs(log_table).items():
-            done = ledger.transaction_version(LEDGER_APP_ID.format(partition=partition))
+            done = LEDGER.read(ledger, partition)
             lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
             self._scanned[(topic, partition)] = lo
             hi = plog.committed_offset
@@ -163,7 +163,7 @@ class ErasureLedger:
                         for _, _, _, t in found],
             atMs=[now] * len(found),
         )
-        txns = [Transaction(LEDGER_APP_ID.format(partition=p), hi) for p, hi in moved.items()]
+        txns = [LEDGER.moved_to(hi, p) for p, hi in moved.items()]
         try:  # against the version whose app transactions gave S: a concurrent move fails it
             write_deltalake(ledger, table, mode="append",
                             commit_properties=CommitProperties(app_transactions=txns))
@@ -202,31 +202,28 @@ class ErasureLedger:
         service starts; the events carry the time of the repair, so the ledger may overstate
         a latency, never understate it. Returns what it recorded.
         """
-        from compactor.erasure.downstream import ERASE_APP_ID
-        from compactor.lake.layout import CLEANER_APP_ID, TABLE_APP_ID
-
         events = self._events(topic)
         finished = _finished(events)
         pending = [e for e in self._erasures(topic, events, finished) if e.done_ms is None]
         if not pending:
             return {}
         paths = topic_paths(self._config.lake_path, topic)
-        sources: dict[str, tuple[str, str, int]] = {  # target -> (table, app id, offset shift)
-            "log": (paths.log, CLEANER_APP_ID, -1),  # the checkpoint is the first dirty offset
-            "table": (paths.table, TABLE_APP_ID, 0),
+        # target -> (table, position, offset shift)
+        sources: dict[str, tuple[str, Position, int]] = {
+            "log": (paths.log, CLEANER, -1),  # the checkpoint is the first dirty offset
+            "table": (paths.table, TABLE, 0),
         }
         for d in self._config.downstream:
             if d.topic == topic:
-                sources[f"downstream:{d.name}"] = (
-                    d.path, ERASE_APP_ID.replace("{topic}", topic), 0)
+                sources[f"downstream:{d.name}"] = (d.path, ERASE, 0)
         recorded: dict[str, dict[int, int]] = {}
-        for target, (path, app_id, shift) in sources.items():
+        for target, (path, position, shift) in sources.items():
             table = open_table(path, self._config.storage)
             if table is None:
                 continue
             upto: dict[int, int] = {}
             for partition in sorted({e.partition for e in pending}):
-                version = table.transaction_version(app_id.format(partition=partition))
+                version = position.read(table, partition, topic)
                 if version is None:
                     continue
                 done = version + shift

@@ -5,7 +5,8 @@ Commit protocol of one micro-batch, per topic:
 1. The driver reads one snapshot of ``L/T/log`` and ``L/T/rejected``: per partition the
    last committed offset (app transaction ``compactor-ingest-<partition>``, whose version is
    the last offset ingested) and the active segment.
-2. One Spark task per Kafka partition consumes its range from the first offset not yet
+2. One Spark task per Kafka partition (the engine's, for example
+   ``streaming.consumer.write_range``) consumes its range from the first offset not yet
    committed, assigns records to segments by the roll rules, and writes Parquet files under
    ``partition=P/segment=S/``; null keys of a compacted topic go to files of ``rejected``.
    Tasks write files only; nothing is visible yet.
@@ -29,15 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Transaction
+from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties
 
+from checkpoints import INGEST
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake import fencing
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
-    INGEST_APP_ID,
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     REJECTED_SCHEMA,
@@ -112,23 +113,6 @@ def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> Writte
     return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
 
 
-def write_range(
-    plan: PartitionPlan,
-    client_config: Mapping[str, str],
-    poll_timeout_ms: int,
-    fail_on_data_loss: bool,
-) -> RangeResult:
-    """Task side: consume the plan's range and write its segment files (step 2)."""
-    from streaming.consumer import consume_range, messages_to_batch
-
-    committed = plan.committed_offset if plan.committed_offset is not None else -1
-    messages = consume_range(
-        client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
-        poll_timeout_ms, fail_on_data_loss,
-    )
-    return append_batches(plan, (messages_to_batch(m) for m in messages))
-
-
 def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
     """Write records (Spark's Kafka schema, offset order) into segment files of the plan."""
     committed = plan.committed_offset if plan.committed_offset is not None else -1
@@ -197,8 +181,7 @@ def plan_ranges(
                 topic=topic, partition=partition, start=start, end=end,
                 log_path=paths.log, rejected_path=paths.rejected,
                 committed_offset=plog.committed_offset,
-                rejected_offset=rejected_table.transaction_version(
-                    INGEST_APP_ID.format(partition=partition)),
+                rejected_offset=INGEST.read(rejected_table, partition),
                 active=plog.writer_segment(tc.roll_ms, now_ms),
                 segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
                 now_ms=now_ms, storage=config.storage,
@@ -212,14 +195,14 @@ def _commit(
 ) -> None:
     """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets."""
     for partition, version in versions.items():
-        current = table.transaction_version(INGEST_APP_ID.format(partition=partition))
+        current = INGEST.read(table, partition)
         if current is not None and current >= version:
             raise LakeError(
                 f"{path}: partition {partition} already holds offsets up to {current}, written "
                 f"by another writer while this one wrote up to {version}; stop the other "
                 "'compactor run' on this lake and topic (only one may mirror it)"
             )
-    txns = [Transaction(INGEST_APP_ID.format(partition=p), v, now_ms) for p, v in versions.items()]
+    txns = [INGEST.moved_to(v, p, now_ms=now_ms) for p, v in versions.items()]
     try:
         table.create_write_transaction(
             [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from compactor.config import CompactorConfig, broker_overrides, with_topic_configs
 from compactor.exceptions import BrokerUnavailableError, ConfigError
 
 _TIMEOUT_S = 15.0
@@ -27,10 +26,10 @@ def admin_client(client_config: Mapping[str, str]) -> AdminClient:
     return AdminClient({k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY})
 
 
-def describe_topics(
+def describe_topic_configs(
     client_config: Mapping[str, str], topics: tuple[str, ...]
-) -> dict[str, dict[str, str]]:
-    """Each topic's own (non-default) configs on the broker; a missing topic is an error."""
+) -> dict[str, dict[str, tuple[str | None, bool]]]:
+    """Each topic's configs on the broker as (value, is_default); a missing topic is an error."""
     admin = admin_client(client_config)
     servers = client_config.get("bootstrap.servers", "?")
     try:
@@ -47,20 +46,15 @@ def describe_topics(
             "create them first (the mirror never creates topics)",
         )
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
-    result: dict[str, dict[str, str]] = {}
+    result: dict[str, dict[str, tuple[str | None, bool]]] = {}
     try:
         for resource, future in admin.describe_configs(resources).items():
             entries = future.result(timeout=_TIMEOUT_S)
-            result[resource.name] = broker_overrides(
-                {name: (entry.value, entry.is_default) for name, entry in entries.items()}
-            )
+            result[resource.name] = {
+                name: (entry.value, entry.is_default) for name, entry in entries.items()}
     except KafkaException as exc:
         raise BrokerUnavailableError(
             f"cannot describe topic configs at {servers}: {exc.args[0]}"
         ) from exc
     return result
 
-
-def resolve_config(config: CompactorConfig) -> CompactorConfig:
-    """Fill in every topic's effective config from the broker (step 4 of the layering)."""
-    return with_topic_configs(config, describe_topics(config.kafka_client_config(), config.topics))

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import time
 
-from deltalake import DeltaTable, Transaction
+from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties
 
+from checkpoints import WRITER
 from compactor.exceptions import LakeError
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
 from compactor.lake.storage import Storage
-
-WRITER_APP_ID = "compactor-writer"
 
 
 class FencedError(LakeError):
@@ -43,13 +42,13 @@ class FencedError(LakeError):
 def claim(log_path: str, storage: Storage) -> int:
     """Step 1: take the next generation of ``log_path``; returns it."""
     table = ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=storage)
-    current = table.transaction_version(WRITER_APP_ID)
+    current = WRITER.read(table)
     mine = (current or 0) + 1
     try:
         table.create_write_transaction(
             [], "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(WRITER_APP_ID, mine, int(time.time() * 1000))]),
+                app_transactions=[WRITER.moved_to(mine, now_ms=int(time.time() * 1000))]),
         )
     except Exception as exc:
         raise LakeError(f"{log_path}: could not claim the log for this run: {exc}") from exc
@@ -60,7 +59,7 @@ def check(table: DeltaTable, mine: int | None) -> None:
     """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot)."""
     if mine is None:
         return
-    current = table.transaction_version(WRITER_APP_ID)
+    current = WRITER.read(table)
     if current is not None and current != mine:
         raise FencedError(
             f"{table.table_uri}: another 'compactor run' claimed this log (writer generation "

@@ -26,14 +26,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import Transaction
 from deltalake.transaction import CommitProperties
 
+from checkpoints import TABLE
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
-    TABLE_APP_ID,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
     open_table,
@@ -100,7 +99,7 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
     for partition, plog in read_partition_logs(log_table).items():
-        merged = table.transaction_version(TABLE_APP_ID.format(partition=partition))
+        merged = TABLE.read(table, partition)
         lo = merged if merged is not None else -1
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
@@ -113,7 +112,7 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
         return LatestStats()
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
     source = latest_per_key(records)
-    txns = [Transaction(TABLE_APP_ID.format(partition=p), hi) for p, (_, hi) in ranges.items()]
+    txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
     try:
         metrics = (
             config.storage.table(paths.table).merge(

@@ -56,9 +56,6 @@ TABLE_PROPERTIES_LATEST = {
 
 # Delta app transaction ids, one per writer role and Kafka partition; the version is the
 # role's position: ingest = last offset written, cleaner = first dirty offset (checkpoint).
-INGEST_APP_ID = "compactor-ingest-{partition}"
-CLEANER_APP_ID = "compactor-cleaner-{partition}"
-TABLE_APP_ID = "compactor-table-{partition}"  # in L/T/table: the last log offset merged
 
 _FILE_NAME = re.compile(r"^(\d{20})-(\d{20})\.(\d+)b\.[0-9a-f]+\.parquet$")
 

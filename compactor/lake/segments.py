@@ -15,8 +15,9 @@ import numpy.typing as npt
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from checkpoints import CLEANER, INGEST
 from compactor.exceptions import LakeError
-from compactor.lake.layout import CLEANER_APP_ID, INGEST_APP_ID, record_bytes_of
+from compactor.lake.layout import record_bytes_of
 from compactor.lake.storage import Storage
 
 
@@ -305,8 +306,8 @@ def read_partition_logs(
         partition: PartitionLog(
             partition=partition,
             segments=tuple(by_partition.get(partition, ())),
-            committed_offset=table.transaction_version(INGEST_APP_ID.format(partition=partition)),
-            cleaner_offset=table.transaction_version(CLEANER_APP_ID.format(partition=partition)),
+            committed_offset=INGEST.read(table, partition),
+            cleaner_offset=CLEANER.read(table, partition),
         )
         for partition in sorted(wanted)
     }

@@ -37,11 +37,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from checkpoints import INGEST, TABLE
 from compactor.exceptions import BrokerUnavailableError, LakeError
 from compactor.lake.layout import (
-    INGEST_APP_ID,
     KAFKA_SCHEMA,
-    TABLE_APP_ID,
     join,
     read_table,
     topic_paths,
@@ -165,7 +164,7 @@ def open_log(lake_path: str, topic: str, version: int | None = None,
     # A partition whose records retention removed keeps its ingest transaction: probe the
     # partition numbers up to the highest with files, and past it while transactions exist.
     probe = set(range(max(logs) + 1)) if logs else set()
-    while table.transaction_version(INGEST_APP_ID.format(partition=len(probe))) is not None:
+    while INGEST.read(table, len(probe)) is not None:
         probe.add(len(probe))
     if probe - set(logs):
         logs = read_partition_logs(table, probe)
@@ -185,7 +184,7 @@ def open_latest(lake_path: str, topic: str, version: int | None = None,
         partitions.update(pc.unique(rows.column("partition")).to_pylist())
     ends = {}
     for p in sorted(partitions):
-        merged = table.transaction_version(TABLE_APP_ID.format(partition=p))
+        merged = TABLE.read(table, p)
         ends[p] = merged + 1 if merged is not None else 0
     return LatestSnapshot(topic, table.version(), rows, ends)
 

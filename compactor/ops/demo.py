@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,12 +22,10 @@ from compactor.ingest.writer import BatchStats
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.broker import EmbeddedBroker
+from compactor.ops.engine import Engine, load_engine
 from compactor.ops.picture import Timeline, render
 from compactor.ops.status import collect_status
 from compactor.ops.workload import ProfileWorkload, Record, live_changes, produce, profile_workload
-
-if TYPE_CHECKING:
-    from streaming.service import Service
 
 TOPIC = "users"
 PARTITIONS = 3
@@ -64,8 +61,6 @@ def _prepare(directory: Path) -> None:
 def run_demo(directory: str, users: int = 20_000, updates: int = 200_000,
              live_seconds: float = 10.0) -> int:
     """Start a broker, produce, mirror, keep changing, verify and draw; returns the exit code."""
-    from streaming.service import Service
-
     out = Path(directory).resolve()
     _prepare(out)
     lake = out / "lake"
@@ -99,7 +94,7 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000,
         })
         say(f"[3/6] mirroring into {topic_paths(str(lake), TOPIC).log} with Spark "
             "(local[2], one task per partition)")
-        service = Service(config)
+        service = load_engine(config)
         service.install_signal_handlers()
         timeline = Timeline(service.config, TOPIC, started_ms=began_ms)
         t0 = time.monotonic()
@@ -147,7 +142,7 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000,
 
 
 def _live_phase(
-    service: Service, bootstrap: str, workload: ProfileWorkload, users: int,
+    service: Engine, bootstrap: str, workload: ProfileWorkload, users: int,
     timeline: Timeline, seconds: float,
     on_batch: Callable[[int, Mapping[str, BatchStats]], None],
     on_pass: Callable[[PassReport], None],
@@ -208,7 +203,7 @@ def _live_phase(
     return produced
 
 
-def _report_line(service: Service, elapsed: float) -> None:
+def _report_line(service: Engine, elapsed: float) -> None:
     topics, broker_error = collect_status(service.config)
     (status,) = [t for t in topics if t.topic == TOPIC]
     lag = sum(p.lag or 0 for p in status.partitions)
@@ -221,7 +216,7 @@ def _report_line(service: Service, elapsed: float) -> None:
         f"{e.missed_deadlines}")
 
 
-def _check(service: Service, workload: ProfileWorkload, changes: list[Record],
+def _check(service: Engine, workload: ProfileWorkload, changes: list[Record],
            timeline: Timeline, out: Path) -> bool:
     """Step 6: compare the lake with what was produced, then draw the run."""
     from deltalake import DeltaTable

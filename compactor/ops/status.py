@@ -16,6 +16,7 @@ from compactor.cleaner.cleanable import active_segment, cleanable_range
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import CompactorError
+from compactor.kafka.offsets import OffsetReader
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 
@@ -65,8 +66,6 @@ class TopicStatus:
 
 def broker_end_offsets(config: CompactorConfig) -> dict[tuple[str, int], int]:
     """The broker's end offset of every partition of the configured topics."""
-    from streaming.offsets import OffsetReader
-
     reader = OffsetReader(config.kafka_client_config(), timeout_s=5.0)
     return reader.offsets(reader.partitions(list(config.topics), None), "latest")
 

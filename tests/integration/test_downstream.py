@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from checkpoints import ERASE
 from compactor.config import build_config, with_topic_configs
-from compactor.erasure.downstream import ERASE_APP_ID, DownstreamEraser, check_downstream
+from compactor.erasure.downstream import DownstreamEraser, check_downstream
 from compactor.exceptions import ConfigError
 from tests.lake import append
 
@@ -50,8 +51,8 @@ def test_tombstones_delete_matching_rows_exactly_once(tmp_path: Path) -> None:
     assert eraser.catch_up("users") == {"marts": {0: 2, 1: 1}}  # finished up to these offsets
     assert rows(tmp_path / "marts") == ["u2", "u3"]
     table = DeltaTable(str(tmp_path / "marts"))
-    assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=0)) == 2
-    assert table.transaction_version(ERASE_APP_ID.format(topic="users", partition=1)) == 1
+    assert ERASE.read(table, 0, "users") == 2
+    assert ERASE.read(table, 1, "users") == 1
     version = table.version()
     assert DownstreamEraser(config).catch_up("users") == {}  # a restart re-applies nothing
     assert DeltaTable(str(tmp_path / "marts")).version() == version

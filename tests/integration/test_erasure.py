@@ -100,9 +100,8 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
 
 def test_audit_reports_a_superseded_value_still_on_disk(broker, topic_factory, tmp_path) -> None:
     """Before cleaning, the audit finds the superseded value and says it is pending."""
-    from compactor.config import build_config
+    from compactor.config import build_config, resolve_config
     from compactor.erasure.audit import audit_key
-    from compactor.kafka.admin import resolve_config
     from tests.lake import append
 
     topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"})

@@ -26,9 +26,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from compactor.config import build_config
+from compactor.config import build_config, resolve_config
 from compactor.erasure.ledger import ErasureLedger
-from compactor.kafka.admin import resolve_config
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.status import collect_status
 from compactor.ops.workload import Record, partition_for, produce

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.lake.fencing import WRITER_APP_ID
+from checkpoints import WRITER
 from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
@@ -40,7 +40,7 @@ def test_a_second_run_fences_the_first_with_a_clear_message(
         return [Record(b"k%d" % (i % 30), b"v%d" % i, i % 2) for i in range(start, start + 100)]
 
     def generation() -> int | None:
-        return (DeltaTable(str(log)).transaction_version(WRITER_APP_ID)
+        return (WRITER.read(DeltaTable(str(log)))
                 if (log / "_delta_log").exists() else None)
 
     produce(broker.bootstrap_servers, topic, batch(0))

@@ -53,11 +53,10 @@ def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
 
 
 def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
-    from deltalake import Transaction
     from deltalake.transaction import CommitProperties
 
+    from checkpoints import CLEANER, TABLE
     from compactor.lake.latest import catch_up
-    from compactor.lake.layout import CLEANER_APP_ID, TABLE_APP_ID
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
@@ -68,12 +67,12 @@ def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     ledger.record_tombstones("t")
     catch_up(config, "t")  # the table's MERGE committed; its done event was "lost"
     paths = topic_paths(config.lake_path, "t")
-    assert DeltaTable(paths.table).transaction_version(TABLE_APP_ID.format(partition=0)) == 3
+    assert TABLE.read(DeltaTable(paths.table), 0) == 3
     # A cleaner commit that moved the checkpoint to 2 (offsets 0..1 cleaned), done event lost.
     DeltaTable(paths.log).create_write_transaction(
         [], "append", DeltaTable(paths.log).schema(),
         commit_properties=CommitProperties(
-            app_transactions=[Transaction(CLEANER_APP_ID.format(partition=0), 2)]))
+            app_transactions=[CLEANER.moved_to(2, 0)]))
     assert ledger.backlog("t").pending == 2
 
     assert ledger.reconcile("t", now_ms=now + 500) == {"log": {0: 1}, "table": {0: 3}}

@@ -1,0 +1,105 @@
+"""The ``compactor`` command: the parser, exit codes and the console script.
+
+One module per verb beside this one (faust's habit) adds its subcommand.
+
+Results go to stdout, logs to stderr. Exit codes: 0 done, 1 failure, 2 bad configuration or
+usage, 3 Kafka unreachable, 4 lake unreadable or a commit refused, 5 data loss, 130 interrupted
+before anything ran; audit-erasure also uses 1 (traces past their deadline) and 6 (traces
+within their deadline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from compactor.cli import audit_erasure, clean, demo, describe_config, read, run, status
+from compactor.exceptions import CompactorError
+
+log = logging.getLogger("compactor")
+
+EPILOG = """\
+examples:
+  compactor demo                                  # everything on this machine, ~1 minute
+  compactor run --config conf/compactor.properties        # mirror and clean until Ctrl-C
+  compactor run --config conf/compactor.properties --once # catch up, clean, then exit
+  compactor clean --config conf/compactor.properties --dry-run  # what is due now
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compactor",
+        description="Mirror Kafka topics into Delta Lake and keep the mirror compacted with "
+        "Kafka's log-cleaner semantics.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="verbosity of the logs on stderr (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    for verb in (run, clean, status, describe_config, audit_erasure, read, demo):
+        verb.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except CompactorError as exc:
+        print(f"compactor: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("compactor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of stdout left (compactor read | head)
+        return 0
+
+
+def _stop_spark() -> None:
+    """Stop a Spark session the verb started, so cluster executors end cleanly, not lost."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        try:
+            session.stop()
+        except Exception as exc:  # the result is already printed; only say why
+            log.debug("stopping Spark: %s", exc)
+
+
+def entry() -> None:
+    """The console script: run a verb, then leave without native teardown.
+
+    All output is flushed and every commit is durable by now. Interpreter finalization can
+    then abort in native code ("terminate called without an active exception": deltalake
+    1.6.6 and pyarrow 26 after librdkafka retried an unreachable broker), which would turn
+    a result a script must trust into exit code 134. Spark's gateway JVM exits by itself when
+    its driver process ends.
+    """
+    code = main()
+    _stop_spark()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a closed pipe: nothing more can be said there
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)

@@ -1,0 +1,147 @@
+"""Every key the compactor reads: Kafka's names, parsers, rules and defaults.
+
+Topic keys carry Kafka's topic-config names and defaults and the broker-wide ``log.*`` key
+that defaults them; ``log.cleaner.*`` keys are broker-wide; the pipeline keys are this
+product's own. A rule returns None when a value is legal, else the sentence that says why not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.exceptions import ConfigError
+
+LONG_MAX = 2**63 - 1
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+Check = Callable[[Any], str | None]
+
+
+def at_least(low: float) -> Check:
+    return lambda v: None if v >= low else f"must be >= {low:g}"
+
+
+def _between(low: float, high: float) -> Check:
+    return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
+
+
+def _any(_: Any) -> str | None:
+    return None
+
+
+def _policy(value: str) -> frozenset[str]:
+    parts = frozenset(p.strip() for p in value.split(",") if p.strip())
+    if not parts or not parts <= {"compact", "delete"}:
+        raise ValueError("must be 'compact', 'delete' or 'compact,delete'")
+    return parts
+
+
+def _bool(value: str) -> bool:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError("must be true or false")
+
+
+def parse_int(value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ValueError("must be a whole number") from None
+
+
+def _float(value: str) -> float:
+    try:
+        result = float(value.strip())
+    except ValueError:
+        raise ValueError("must be a number") from None
+    if math.isnan(result):
+        raise ValueError("must be a number")
+    return result
+
+
+@dataclass(frozen=True)
+class _Topic:
+    """A per-topic key: its parser, rule, Kafka default and broker-wide ``log.*`` name."""
+
+    parse: Callable[[str], Any]
+    check: Check
+    default: Any
+    broker_key: str
+
+
+TOPIC_KEYS: Mapping[str, _Topic] = {
+    "cleanup.policy": _Topic(_policy, _any, frozenset({"delete"}), "log.cleanup.policy"),
+    "segment.bytes": _Topic(parse_int, at_least(14), 1073741824, "log.segment.bytes"),
+    "segment.ms": _Topic(parse_int, at_least(1), 604800000, "log.roll.ms"),
+    "min.cleanable.dirty.ratio": _Topic(
+        _float, _between(0, 1), 0.5, "log.cleaner.min.cleanable.ratio"
+    ),
+    "min.compaction.lag.ms": _Topic(
+        parse_int, at_least(0), 0, "log.cleaner.min.compaction.lag.ms"
+    ),
+    "max.compaction.lag.ms": _Topic(
+        parse_int, at_least(1), LONG_MAX, "log.cleaner.max.compaction.lag.ms"
+    ),
+    "delete.retention.ms": _Topic(
+        parse_int, at_least(0), 86400000, "log.cleaner.delete.retention.ms"
+    ),
+    "retention.ms": _Topic(parse_int, at_least(-1), 604800000, "log.retention.ms"),
+    "retention.bytes": _Topic(parse_int, at_least(-1), -1, "log.retention.bytes"),
+    # Not a Kafka key: how long files removed from the log stay on disk for readers of older
+    # snapshots before vacuum deletes them. -1 = min(1 hour, max.compaction.lag.ms / 4).
+    "vacuum.grace.ms": _Topic(parse_int, at_least(-1), -1, "log.cleaner.vacuum.grace.ms"),
+}
+# Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
+BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+}
+
+# Broker-wide cleaner keys: name -> (parser, rule, Kafka default).
+CLEANER_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
+    "log.cleaner.enable": (_bool, _any, True),
+    "log.cleaner.threads": (parse_int, at_least(1), 1),
+    "log.cleaner.backoff.ms": (parse_int, at_least(0), 15000),
+    "log.cleaner.dedupe.buffer.size": (parse_int, at_least(24), 134217728),
+    "log.cleaner.io.buffer.load.factor": (_float, _between(0.01, 1), 0.9),
+    "log.cleaner.io.max.bytes.per.second": (_float, at_least(1), math.inf),
+}
+
+# The pipeline's own keys: name -> (parser, rule, default; None = required).
+PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
+    "bootstrap.servers": (str.strip, _any, None),
+    "topics": (str, _any, None),
+    "lake.path": (str.strip, _any, None),
+    "checkpoint.path": (str.strip, _any, ""),
+    "trigger.interval.ms": (parse_int, at_least(0), 5000),
+    "max.offsets.per.trigger": (parse_int, at_least(1), 0),
+    "starting.offsets": (str.strip, _any, "earliest"),
+    "fail.on.data.loss": (_bool, _any, True),
+    # 0: MERGE the latest-value table after every micro-batch; N: at most every N ms.
+    "table.merge.interval.ms": (parse_int, at_least(0), 0),
+    # Prometheus metrics of 'compactor run' on this port (0 = off).
+    "metrics.port": (parse_int, _between(0, 65535), 0),
+}
+_BROKER_ONLY = {k for aliases in BROKER_ALIASES.values() for k, _ in aliases}
+KNOWN_KEYS = frozenset(
+    set(TOPIC_KEYS)
+    | {t.broker_key for t in TOPIC_KEYS.values()}
+    | _BROKER_ONLY
+    | set(CLEANER_KEYS)
+    | set(PIPELINE_KEYS)
+)
+
+
+def parse_value(key: str, raw: str, parse: Callable[[str], Any], check: Check) -> Any:
+    try:
+        value = parse(raw)
+    except ValueError as exc:
+        raise ConfigError(key, raw, str(exc)) from None
+    problem = check(value)
+    if problem:
+        raise ConfigError(key, raw, problem)
+    return value

@@ -1,0 +1,215 @@
+"""Reading and validating a properties file into a :class:`CompactorConfig`, once."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from compactor.config.keys import (
+    BROKER_ALIASES,
+    CLEANER_KEYS,
+    KNOWN_KEYS,
+    PIPELINE_KEYS,
+    TOPIC_KEYS,
+    TOPIC_NAME,
+    at_least,
+    parse_int,
+    parse_value,
+)
+from compactor.config.model import CleanerConfig, CompactorConfig, DownstreamTable
+from compactor.config.properties import load_properties
+from compactor.config.resolve import resolve_topic
+from compactor.exceptions import ConfigError
+from compactor.lake.storage import REMOTE_SCHEMES, Storage, is_local, scheme
+
+
+def _check_lake_uri(key: str, uri: str) -> None:
+    if not is_local(uri) and scheme(uri) not in REMOTE_SCHEMES:
+        raise ConfigError(
+            key, uri, "must be a local path, a file:// URI or object storage "
+            f"({', '.join(s + '://' for s in REMOTE_SCHEMES)})",
+            "see 'Object storage' in the README")
+
+
+_DOWNSTREAM_KEY = re.compile(
+    r"^downstream\.([A-Za-z0-9_-]+)\.(path|topic|key\.column|key\.format)$")
+
+
+def _downstream(raw: Mapping[str, str], topics: tuple[str, ...]) -> tuple[DownstreamTable, ...]:
+    groups: dict[str, dict[str, str]] = {}
+    for key, value in raw.items():
+        match = _DOWNSTREAM_KEY.match(key)
+        if match:
+            groups.setdefault(match.group(1), {})[match.group(2)] = value.strip()
+    tables = []
+    for name, attrs in sorted(groups.items()):
+        for required in ("path", "topic", "key.column"):
+            if not attrs.get(required):
+                raise ConfigError(f"downstream.{name}.{required}", None, "is required",
+                                  "a downstream table needs path, topic and key.column")
+        if attrs["topic"] not in topics:
+            raise ConfigError(f"downstream.{name}.topic", attrs["topic"],
+                              "is not one of the mirrored topics", f"topics={','.join(topics)}")
+        _check_lake_uri(f"downstream.{name}.path", attrs["path"])
+        fmt = attrs.get("key.format", "string")
+        field_name = None
+        if fmt.startswith("json:") and len(fmt) > len("json:"):
+            fmt, field_name = "json", fmt[len("json:"):]
+        elif fmt not in ("bytes", "string"):
+            raise ConfigError(f"downstream.{name}.key.format", fmt,
+                              "must be bytes, string or json:<field>")
+        tables.append(DownstreamTable(name, attrs["topic"], attrs["path"], attrs["key.column"],
+                                      fmt, field_name))
+    return tuple(tables)
+
+
+def _unknown(key: str, value: str) -> ConfigError:
+    close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "see conf/example.properties for the keys"
+    return ConfigError(key, value, "is not a known configuration key", hint)
+
+
+def _split_topic_key(key: str) -> tuple[str, str] | None:
+    """``topic.orders.v1.segment.ms`` -> (``orders.v1``, ``segment.ms``); topic names hold dots."""
+    rest = key[len("topic.") :]
+    for name in sorted(TOPIC_KEYS, key=len, reverse=True):
+        if rest.endswith("." + name) and len(rest) > len(name) + 1:
+            return rest[: -len(name) - 1], name
+    return None
+
+
+def _topics(raw: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not names:
+        raise ConfigError("topics", raw, "must name at least one topic (comma-separated)")
+    for name in names:
+        if not TOPIC_NAME.match(name) or name in (".", ".."):
+            raise ConfigError(
+                "topics", name, "is not a legal Kafka topic name ([A-Za-z0-9._-], 1-249 chars)"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError("topics", raw, "names a topic twice")
+    return names
+
+
+def build_config(raw: Mapping[str, str]) -> CompactorConfig:
+    """Validate a flat key/value mapping (a parsed file plus CLI overrides)."""
+    pipeline: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
+    spark: dict[str, str] = {"spark.master": "local[*]"}
+    storage: dict[str, str] = {}
+    cleaner: dict[str, Any] = {}
+    layers: dict[str, dict[str, Any]] = {"": {}, "log": {}}
+    broker_raw: dict[str, str] = {}
+
+    for key, value in raw.items():
+        if key.startswith("kafka."):
+            kafka[key[len("kafka.") :]] = value
+        elif key.startswith("spark."):
+            spark[key] = value
+        elif key.startswith("lake.storage."):
+            storage[key[len("lake.storage.") :]] = value
+        elif key.startswith("topic."):
+            split = _split_topic_key(key)
+            if split is None:
+                raise _unknown(key, value)
+            topic, name = split
+            spec = TOPIC_KEYS[name]
+            layers.setdefault(topic, {})[name] = parse_value(key, value, spec.parse, spec.check)
+        elif key in TOPIC_KEYS:
+            spec = TOPIC_KEYS[key]
+            layers[""][key] = parse_value(key, value, spec.parse, spec.check)
+        elif key in CLEANER_KEYS:
+            parse, check, _ = CLEANER_KEYS[key]
+            cleaner[key[len("log.cleaner.") :].replace(".", "_")] = parse_value(
+                key, value, parse, check
+            )
+        elif key in PIPELINE_KEYS:
+            parse, check, _ = PIPELINE_KEYS[key]
+            pipeline[key] = parse_value(key, value, parse, check)
+        elif key in KNOWN_KEYS:
+            broker_raw[key] = value
+        elif _DOWNSTREAM_KEY.match(key):
+            continue  # read below, once the topics are known
+        else:
+            raise _unknown(key, value)
+
+    for name, spec in TOPIC_KEYS.items():
+        if spec.broker_key in broker_raw:
+            layers["log"][name] = parse_value(
+                spec.broker_key, broker_raw[spec.broker_key], spec.parse, spec.check
+            )
+            continue
+        for alias, factor in BROKER_ALIASES.get(spec.broker_key, ()):
+            if alias in broker_raw:
+                hours_or_minutes = parse_value(alias, broker_raw[alias], parse_int, at_least(-1))
+                scaled = hours_or_minutes * factor if hours_or_minutes >= 0 else -1
+                layers["log"][name] = parse_value(alias, str(scaled), spec.parse, spec.check)
+                break
+
+    for key, (_, _, default) in PIPELINE_KEYS.items():
+        if key not in pipeline:
+            if default is None:
+                raise ConfigError(key, None, "is required", f"add '{key}=...' to the config file")
+            pipeline[key] = default
+    topics = _topics(pipeline["topics"])
+    for topic in layers:
+        if topic not in ("", "log") and topic not in topics:
+            raise ConfigError(
+                f"topic.{topic}.*", topic, "configures a topic that is not in 'topics'",
+                f"add it to topics= or remove the line; topics={','.join(topics)}",
+            )
+    if pipeline["starting.offsets"] not in ("earliest", "latest"):
+        raise ConfigError("starting.offsets", pipeline["starting.offsets"],
+                          "must be 'earliest' or 'latest'")
+    if not pipeline["bootstrap.servers"]:
+        raise ConfigError("bootstrap.servers", "", "must name at least one host:port")
+    lake = pipeline["lake.path"]
+    if not lake:
+        raise ConfigError("lake.path", "", "must be a directory path or URI")
+    _check_lake_uri("lake.path", lake)
+    if not is_local(lake) and not pipeline["checkpoint.path"]:
+        raise ConfigError(
+            "checkpoint.path", "", f"must be set when lake.path is object storage ({lake})",
+            "give a local directory, or a URI your Spark's Hadoop can write (hdfs://, or "
+            "s3a:// with the hadoop-aws jars on the classpath); see 'Object storage' in the "
+            "README")
+    checkpoint = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
+    if not pipeline["checkpoint.path"] and "checkpoints" in topics:
+        raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",
+                          "the default <lake.path>/checkpoints would share its directory")
+    kafka.setdefault("isolation.level", "read_committed")
+
+    config = CompactorConfig(
+        bootstrap_servers=pipeline["bootstrap.servers"],
+        topics=topics,
+        lake_path=lake,
+        checkpoint_path=checkpoint,
+        trigger_interval_ms=pipeline["trigger.interval.ms"],
+        max_offsets_per_trigger=pipeline["max.offsets.per.trigger"],
+        starting_offsets=pipeline["starting.offsets"],
+        fail_on_data_loss=pipeline["fail.on.data.loss"],
+        table_merge_interval_ms=pipeline["table.merge.interval.ms"],
+        metrics_port=pipeline["metrics.port"],
+        kafka=MappingProxyType(kafka),
+        spark=MappingProxyType(spark),
+        storage=Storage(MappingProxyType(storage)),
+        cleaner=CleanerConfig(**cleaner),
+        topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in layers.items()}),
+        downstream=_downstream(raw, topics),
+    )
+    # Check the file's own layers now, so a conflict fails before any broker is contacted.
+    for topic in topics:
+        resolve_topic(config, topic, {})
+    return config
+
+
+def load_config(path: str | Path, overrides: Mapping[str, str] | None = None) -> CompactorConfig:
+    """Read and validate a properties file; ``overrides`` (from the CLI) win over the file."""
+    raw = load_properties(path)
+    raw.update(overrides or {})
+    return build_config(raw)

@@ -1,0 +1,156 @@
+"""The typed, frozen configuration objects that flow through the code after load."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor.config.keys import LONG_MAX
+from compactor.exceptions import ConfigError
+from compactor.lake.storage import LOCAL, Storage
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The effective Kafka topic configuration of one mirrored topic."""
+
+    name: str
+    cleanup_policy: frozenset[str] = frozenset({"delete"})
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    vacuum_grace: int = -1
+    # key -> where its value came from: "topic override", "file", "broker", "broker default",
+    # "kafka default". Shown by describe-config.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def vacuum_grace_ms(self) -> int:
+        """The vacuum grace; by default it leaves three quarters of the max lag for the rest."""
+        if self.vacuum_grace >= 0:
+            return self.vacuum_grace
+        return min(3_600_000, self.max_compaction_lag_ms // 4)
+
+    @property
+    def erasure_deadline(self) -> bool:
+        """A compacted topic with a max lag promises physical erasure within it."""
+        return self.compact and self.max_compaction_lag_ms < LONG_MAX
+
+    @property
+    def pass_allowance_ms(self) -> int:
+        """Time reserved inside the deadline for waking up, a cleaning pass, its commit, and
+        the micro-batch commits it may wait behind (measured: up to 3 s with M = 10 s)."""
+        return max(3000, self.max_compaction_lag_ms // 5)
+
+    @property
+    def cleaning_lag_ms(self) -> int:
+        """When a dirty record must be cleaned so that it is *physically* gone by the max lag.
+
+        Planned backwards from max.compaction.lag.ms = M: vacuum needs the grace G after the
+        cleaning commit, and the pass itself an allowance A, so cleaning is forced at
+        M - G - A. Without a max lag this is Kafka's (infinite) max lag.
+        """
+        if not self.erasure_deadline:
+            return self.max_compaction_lag_ms
+        return self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms
+
+    @property
+    def roll_ms(self) -> int:
+        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag)."""
+        if self.erasure_deadline:
+            return min(self.segment_ms, self.cleaning_lag_ms)
+        return self.segment_ms
+
+
+@dataclass(frozen=True)
+class DownstreamTable:
+    """A Delta table derived from a topic, whose rows each tombstone must delete."""
+
+    name: str
+    topic: str
+    path: str
+    key_column: str
+    key_format: str = "string"  # bytes | string | json
+    json_field: str | None = None
+
+    def key_value(self, key: bytes) -> object | None:
+        """The table's key for a Kafka key; None when the key cannot map (never deletes)."""
+        if self.key_format == "bytes":
+            return key
+        try:
+            text = key.decode("utf-8")
+            if self.key_format == "string":
+                return text
+            import json
+
+            doc = json.loads(text)
+            return doc.get(self.json_field) if isinstance(doc, dict) else None
+        except (UnicodeDecodeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """Broker-wide ``log.cleaner.*`` settings."""
+
+    enable: bool = True
+    threads: int = 1
+    backoff_ms: int = 15000
+    dedupe_buffer_size: int = 134217728
+    io_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = math.inf
+
+
+@dataclass(frozen=True)
+class CompactorConfig:
+    """Validated settings of one compactor deployment.
+
+    ``topic_configs`` is empty until :func:`resolve_topics` has asked the broker.
+    """
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    lake_path: str
+    checkpoint_path: str
+    trigger_interval_ms: int = 5000
+    max_offsets_per_trigger: int = 0
+    starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True
+    table_merge_interval_ms: int = 0
+    metrics_port: int = 0
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    spark: Mapping[str, str] = field(default_factory=dict)
+    storage: Storage = LOCAL  # lake.storage.*: delta-rs storage options for remote lakes
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    topic_configs: Mapping[str, TopicConfig] = field(default_factory=dict)
+    downstream: tuple[DownstreamTable, ...] = ()
+    # Typed user-given topic values: "" -> every topic, topic name -> that topic, and
+    # "log" -> broker-wide defaults keyed by the topic key they default.
+    topic_layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+
+    def topic(self, name: str) -> TopicConfig:
+        try:
+            return self.topic_configs[name]
+        except KeyError:
+            raise ConfigError(
+                "topic", name, "is not one of the configured topics", f"topics={self.topics}"
+            ) from None
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka settings: the ``kafka.*`` pass-through plus bootstrap.servers."""
+        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers}
