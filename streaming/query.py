@@ -163,7 +163,7 @@ class Mirror:
             return
         with self.commit_lock:
             for topic in self.config.topics:
-                merged = catch_up(self.config, topic)
+                merged = catch_up(self.config.lake_path, topic, self.config.storage)
                 if merged.tombstones:
                     self.ledger.record_done(topic, "table", merged.merged_upto)
                 if merged.updated or merged.deleted:

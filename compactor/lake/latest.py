@@ -29,7 +29,6 @@ import pyarrow.compute as pc
 from deltalake.transaction import CommitProperties
 
 from checkpoints import TABLE
-from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
@@ -39,6 +38,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.segments import read_offsets, read_partition_logs
+from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +87,14 @@ def latest_per_key(records: pa.Table) -> pa.Table:
     return records.filter(pa.concat_arrays([last_of_key, pa.array([True])]))
 
 
-def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
+def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
-    paths = topic_paths(config.lake_path, topic)
-    log_table = open_table(paths.log, config.storage)
+    paths = topic_paths(lake_path, topic)
+    log_table = open_table(paths.log, storage)
     if log_table is None:
         return LatestStats()
     table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
-                         storage=config.storage)
+                         storage=storage)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
@@ -105,7 +105,7 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
             continue
         ranges[partition] = (lo, plog.committed_offset)
         rows = read_offsets(log_table.table_uri, plog, lo, plog.committed_offset, columns,
-                            config.storage)
+                            storage)
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:
@@ -115,7 +115,7 @@ def catch_up(config: CompactorConfig, topic: str) -> LatestStats:
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
     try:
         metrics = (
-            config.storage.table(paths.table).merge(
+            storage.table(paths.table).merge(
                 source, predicate="t.key = s.key", source_alias="s", target_alias="t",
                 commit_properties=CommitProperties(app_transactions=txns),
             )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -83,3 +87,19 @@ def lake_offsets(log_path: str) -> list[tuple[int, int]]:
     t = DeltaTable(log_path).to_pyarrow_dataset().to_table(columns=["partition", "offset"])
     return list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
                     strict=True))
+
+
+def compactor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "compactor.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def write_config(path: Path, **values: str) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

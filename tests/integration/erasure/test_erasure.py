@@ -14,8 +14,7 @@ import pytest
 from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import find_markers, running
-from tests.integration.test_cli import write_config
+from tests.integration.helpers import find_markers, running, write_config
 
 M = 10_000
 

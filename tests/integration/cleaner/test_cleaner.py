@@ -14,8 +14,7 @@ from deltalake import DeltaTable
 
 from compactor.lake.layout import topic_paths
 from compactor.ops.workload import Record, produce
-from tests.integration.helpers import log_table, run_once
-from tests.integration.test_cli import write_config
+from tests.integration.helpers import log_table, run_once, write_config
 
 
 def rows(config: Any, topic: str) -> list[dict[str, Any]]:

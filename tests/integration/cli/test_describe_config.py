@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.integration.test_cli import write_config
+from tests.integration.helpers import write_config
 
 
 def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_factory,

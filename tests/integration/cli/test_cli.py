@@ -17,17 +17,7 @@ from deltalake import DeltaTable
 
 from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.helpers import lake_offsets
-
-
-def compactor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compactor.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def write_config(path: Path, **values: str) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-    return path
+from tests.integration.helpers import compactor, lake_offsets, write_config
 
 
 @pytest.mark.parametrize(("values", "expected"), [

@@ -23,8 +23,7 @@ from deltalake import DeltaTable
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.test_cli import compactor, write_config
-from tests.integration.test_metrics import free_port
+from tests.integration.helpers import compactor, free_port, write_config
 
 BUCKET = "lake"
 

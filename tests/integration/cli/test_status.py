@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactor.ops.workload import Record, produce
-from tests.integration.helpers import run_once
-from tests.integration.test_cli import write_config
+from tests.integration.helpers import run_once, write_config
 
 
 @pytest.mark.usefixtures("spark")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -12,13 +11,7 @@ import pytest
 
 from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.test_cli import write_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.integration.helpers import free_port, write_config
 
 
 def scrape(port: int) -> str:

@@ -65,7 +65,8 @@ def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
                             (2, b"b", None, now + 2), (3, b"c", b"v", now + 3)], now_ms=now)
     ledger = ErasureLedger(config)
     ledger.record_tombstones("t")
-    catch_up(config, "t")  # the table's MERGE committed; its done event was "lost"
+    # the table's MERGE committed; its done event was "lost"
+    catch_up(config.lake_path, "t", config.storage)
     paths = topic_paths(config.lake_path, "t")
     assert TABLE.read(DeltaTable(paths.table), 0) == 3
     # A cleaner commit that moved the checkpoint to 2 (offsets 0..1 cleaned), done event lost.

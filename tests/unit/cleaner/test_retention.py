@@ -1,6 +1,6 @@
 from compactor.cleaner.retention import expired_segments
 from compactor.config import TopicConfig
-from tests.unit.test_cleanable import NOW, plog, seg
+from tests.unit.cleaner.test_cleanable import NOW, plog, seg
 
 
 def topic(policy: str, **kw) -> TopicConfig:
