@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -71,10 +72,38 @@ class Service:
         on_pass: Callable[[PassReport], None] | None = None,
     ) -> RunSummary:
         """Mirror and maintain until stopped (``once``: until everything due now is done)."""
+        started = time.monotonic()
+        run = self._start(on_batch, on_pass)
+        query = run.mirror.start(once=once)
+        self._recover(run.mirror)
+        log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
+                 self.config.bootstrap_servers, self.config.lake_path)
+        try:
+            self._loop(run, query, once)
+            failure: Any = query.exception()
+            if failure is not None:
+                raise run.mirror.error(failure)
+            if once and not self._stop.is_set():
+                run.mirror.merge_tables(force=True)
+                run.clean(until_idle=True)
+        except CompactorError:
+            raise
+        except Exception as exc:
+            raise run.mirror.error(exc) from exc
+        finally:
+            if query.isActive:
+                query.stop()
+        run.summary.seconds = time.monotonic() - started
+        return run.summary
+
+    def _start(
+        self, on_batch: Callable[[int, Mapping[str, BatchStats]], None] | None,
+        on_pass: Callable[[PassReport], None] | None,
+    ) -> _Run:
+        """Step 1: the session, the mirror, the cleaner, fencing, metrics and progress."""
         from streaming.query import Mirror
         from streaming.session import build_session
 
-        started = time.monotonic()
         spark = build_session(self.config.spark)
         mirror = Mirror(spark, self.config, self.commit_lock)
         mirror.listeners.append(lambda _id, _stats: self._batch_done.set())
@@ -93,7 +122,6 @@ class Service:
         mirror.incarnations = Incarnations(self.config)
         mirror.incarnations.claim()  # a recreated topic stops the run here
         log.info("writer generation %s", ", ".join(f"{t}={g}" for t, g in generations.items()))
-        summary = RunSummary(ingest=mirror.totals)
         metrics = None
         if self.config.metrics_port:
             from compactor.ops.metrics import Metrics
@@ -105,61 +133,31 @@ class Service:
             mirror.table_hooks.append(cleaner.note_removed)
         progress = IngestProgress(lambda: broker_end_offsets(self.config))
         mirror.listeners.append(progress.on_batch)
+        return _Run(self.config, mirror, cleaner, metrics, on_pass,
+                    RunSummary(ingest=mirror.totals))
 
-        def clean(until_idle: bool) -> float:
-            """Run passes; returns when (monotonic) the next one is due."""
-            if cleaner is None:
-                return float("inf")
-            for report in cleaner.run_until_idle() if until_idle else [cleaner.run_pass()]:
-                summary.cleaning.add(report)
-                log_pass_end(report)
-                if metrics is not None:
-                    metrics.on_pass(report, cleaner.uncleanable)
-                if on_pass is not None:
-                    on_pass(report)
-            wake = time.monotonic() + backoff_s
-            due_ms = cleaner.next_due_ms()
-            if due_ms is not None:
-                wake = min(wake, time.monotonic() + max(0.0, due_ms / 1000 - time.time()))
-            return wake
-
-        query = mirror.start(once=once)
-        mirror.merge_tables(force=True)  # repairs a table a crash left behind its log
-        for topic in self.config.topics:  # and done events a crash lost
+    def _recover(self, mirror: Any) -> None:
+        """Step 2: repair what a crash left behind: a table behind its log, lost done events."""
+        mirror.merge_tables(force=True)
+        for topic in self.config.topics:
             for target, upto in mirror.ledger.reconcile(topic).items():
                 log.info("erasure ledger of %s: %s had finished up to %s before a crash",
                          topic, target, upto)
-        log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
-                 self.config.bootstrap_servers, self.config.lake_path)
-        backoff_s = self.config.cleaner.backoff_ms / 1000
-        next_clean = time.monotonic() + backoff_s
-        try:
-            while query.isActive:
-                if self._stop.is_set() and not mirror.in_batch:
-                    query.stop()
-                    break
-                if not once and (self._batch_done.is_set() or time.monotonic() >= next_clean):
-                    self._batch_done.clear()
-                    next_clean = clean(until_idle=False)
-                    continue
-                if self.config.table_merge_interval_ms and not mirror.in_batch:
-                    mirror.merge_tables()
-                time.sleep(0.2)
-            failure: Any = query.exception()
-            if failure is not None:
-                raise mirror.error(failure)
-            if once and not self._stop.is_set():
-                mirror.merge_tables(force=True)
-                clean(until_idle=True)
-        except CompactorError:
-            raise
-        except Exception as exc:
-            raise mirror.error(exc) from exc
-        finally:
-            if query.isActive:
+
+    def _loop(self, run: _Run, query: Any, once: bool) -> None:
+        """Step 3: until stopped, clean after each micro-batch and when a deadline is due."""
+        next_clean = time.monotonic() + run.backoff_s
+        while query.isActive:
+            if self._stop.is_set() and not run.mirror.in_batch:
                 query.stop()
-        summary.seconds = time.monotonic() - started
-        return summary
+                break
+            if not once and (self._batch_done.is_set() or time.monotonic() >= next_clean):
+                self._batch_done.clear()
+                next_clean = run.clean(until_idle=False)
+                continue
+            if self.config.table_merge_interval_ms and not run.mirror.in_batch:
+                run.mirror.merge_tables()
+            time.sleep(0.2)
 
     def clean(self, topics: list[str] | None, force: bool, dry_run: bool) -> PassReport:
         """One maintenance pass now, without mirroring (``compactor clean``)."""
@@ -168,3 +166,37 @@ class Service:
         spark = build_session(self.config.spark)
         return LogMaintenance(spark, self.config, self.commit_lock).run_pass(
             topics, force=force, dry_run=dry_run)
+
+
+@dataclass
+class _Run:
+    """What one :meth:`Service.run` wired together."""
+
+    config: CompactorConfig
+    mirror: Any  # streaming.query.Mirror, imported with Spark
+    cleaner: LogMaintenance | None
+    metrics: Any  # compactor.ops.metrics.Metrics when metrics.port is set
+    on_pass: Callable[[PassReport], None] | None
+    summary: RunSummary
+
+    @property
+    def backoff_s(self) -> float:
+        return self.config.cleaner.backoff_ms / 1000
+
+    def clean(self, until_idle: bool) -> float:
+        """Run passes; returns when (monotonic) the next one is due."""
+        if self.cleaner is None:
+            return float("inf")
+        reports = self.cleaner.run_until_idle() if until_idle else [self.cleaner.run_pass()]
+        for report in reports:
+            self.summary.cleaning.add(report)
+            log_pass_end(report)
+            if self.metrics is not None:
+                self.metrics.on_pass(report, self.cleaner.uncleanable)
+            if self.on_pass is not None:
+                self.on_pass(report)
+        wake = time.monotonic() + self.backoff_s
+        due_ms = self.cleaner.next_due_ms()
+        if due_ms is not None:
+            wake = min(wake, time.monotonic() + max(0.0, due_ms / 1000 - time.time()))
+        return wake

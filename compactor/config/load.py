@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -96,51 +97,62 @@ def _topics(raw: str) -> tuple[str, ...]:
     return names
 
 
-def build_config(raw: Mapping[str, str]) -> CompactorConfig:
-    """Validate a flat key/value mapping (a parsed file plus CLI overrides)."""
-    pipeline: dict[str, Any] = {}
-    kafka: dict[str, str] = {}
-    spark: dict[str, str] = {"spark.master": "local[*]"}
-    storage: dict[str, str] = {}
-    cleaner: dict[str, Any] = {}
-    layers: dict[str, dict[str, Any]] = {"": {}, "log": {}}
-    broker_raw: dict[str, str] = {}
+@dataclass
+class _Sorted:
+    """The file's keys sorted by family, each value parsed and checked against its rule."""
 
+    pipeline: dict[str, Any] = field(default_factory=dict)
+    kafka: dict[str, str] = field(default_factory=dict)
+    spark: dict[str, str] = field(default_factory=lambda: {"spark.master": "local[*]"})
+    storage: dict[str, str] = field(default_factory=dict)
+    cleaner: dict[str, Any] = field(default_factory=dict)
+    # "" -> every topic, a topic name -> that topic, "log" -> broker-wide defaults
+    layers: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}, "log": {}})
+    broker_raw: dict[str, str] = field(default_factory=dict)
+
+
+def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
+    """Step 1: every key to its family; an unknown key is refused with the closest match."""
+    out = _Sorted()
     for key, value in raw.items():
         if key.startswith("kafka."):
-            kafka[key[len("kafka.") :]] = value
+            out.kafka[key[len("kafka.") :]] = value
         elif key.startswith("spark."):
-            spark[key] = value
+            out.spark[key] = value
         elif key.startswith("lake.storage."):
-            storage[key[len("lake.storage.") :]] = value
+            out.storage[key[len("lake.storage.") :]] = value
         elif key.startswith("topic."):
             split = _split_topic_key(key)
             if split is None:
                 raise _unknown(key, value)
             topic, name = split
             spec = TOPIC_KEYS[name]
-            layers.setdefault(topic, {})[name] = parse_value(key, value, spec.parse, spec.check)
+            out.layers.setdefault(topic, {})[name] = parse_value(
+                key, value, spec.parse, spec.check)
         elif key in TOPIC_KEYS:
             spec = TOPIC_KEYS[key]
-            layers[""][key] = parse_value(key, value, spec.parse, spec.check)
+            out.layers[""][key] = parse_value(key, value, spec.parse, spec.check)
         elif key in CLEANER_KEYS:
             parse, check, _ = CLEANER_KEYS[key]
-            cleaner[key[len("log.cleaner.") :].replace(".", "_")] = parse_value(
+            out.cleaner[key[len("log.cleaner.") :].replace(".", "_")] = parse_value(
                 key, value, parse, check
             )
         elif key in PIPELINE_KEYS:
             parse, check, _ = PIPELINE_KEYS[key]
-            pipeline[key] = parse_value(key, value, parse, check)
+            out.pipeline[key] = parse_value(key, value, parse, check)
         elif key in KNOWN_KEYS:
-            broker_raw[key] = value
-        elif _DOWNSTREAM_KEY.match(key):
-            continue  # read below, once the topics are known
-        else:
+            out.broker_raw[key] = value
+        elif not _DOWNSTREAM_KEY.match(key):  # downstream keys are read once topics are known
             raise _unknown(key, value)
+    return out
 
+
+def _broker_defaults(broker_raw: Mapping[str, str]) -> dict[str, Any]:
+    """Step 2: the broker-wide ``log.*`` keys as defaults of the topic keys they stand for."""
+    defaults: dict[str, Any] = {}
     for name, spec in TOPIC_KEYS.items():
         if spec.broker_key in broker_raw:
-            layers["log"][name] = parse_value(
+            defaults[name] = parse_value(
                 spec.broker_key, broker_raw[spec.broker_key], spec.parse, spec.check
             )
             continue
@@ -148,9 +160,14 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
             if alias in broker_raw:
                 hours_or_minutes = parse_value(alias, broker_raw[alias], parse_int, at_least(-1))
                 scaled = hours_or_minutes * factor if hours_or_minutes >= 0 else -1
-                layers["log"][name] = parse_value(alias, str(scaled), spec.parse, spec.check)
+                defaults[name] = parse_value(alias, str(scaled), spec.parse, spec.check)
                 break
+    return defaults
 
+
+def _pipeline(given: Mapping[str, Any], layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Step 3: the pipeline's keys with their defaults, required ones present, rules kept."""
+    pipeline = dict(given)
     for key, (_, _, default) in PIPELINE_KEYS.items():
         if key not in pipeline:
             if default is None:
@@ -163,6 +180,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
                 f"topic.{topic}.*", topic, "configures a topic that is not in 'topics'",
                 f"add it to topics= or remove the line; topics={','.join(topics)}",
             )
+    pipeline["topics"] = topics
     if pipeline["starting.offsets"] not in ("earliest", "latest"):
         raise ConfigError("starting.offsets", pipeline["starting.offsets"],
                           "must be 'earliest' or 'latest'")
@@ -178,31 +196,43 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
             "give a local directory, or a URI your Spark's Hadoop can write (hdfs://, or "
             "s3a:// with the hadoop-aws jars on the classpath); see 'Object storage' in the "
             "README")
-    checkpoint = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
     if not pipeline["checkpoint.path"] and "checkpoints" in topics:
         raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",
                           "the default <lake.path>/checkpoints would share its directory")
-    kafka.setdefault("isolation.level", "read_committed")
+    pipeline["checkpoint.path"] = pipeline["checkpoint.path"] or str(Path(lake) / "checkpoints")
+    return pipeline
 
+
+def build_config(raw: Mapping[str, str]) -> CompactorConfig:
+    """Validate a flat key/value mapping (a parsed file plus CLI overrides).
+
+    Steps: sort and parse every key (1), broker-wide defaults (2), the pipeline's keys (3),
+    then the file's own topic layers are resolved once, so a conflict between them fails
+    before any broker is contacted.
+    """
+    keys = _sort_keys(raw)
+    keys.layers["log"] = _broker_defaults(keys.broker_raw)
+    pipeline = _pipeline(keys.pipeline, keys.layers)
+    keys.kafka.setdefault("isolation.level", "read_committed")
+    topics = pipeline["topics"]
     config = CompactorConfig(
         bootstrap_servers=pipeline["bootstrap.servers"],
         topics=topics,
-        lake_path=lake,
-        checkpoint_path=checkpoint,
+        lake_path=pipeline["lake.path"],
+        checkpoint_path=pipeline["checkpoint.path"],
         trigger_interval_ms=pipeline["trigger.interval.ms"],
         max_offsets_per_trigger=pipeline["max.offsets.per.trigger"],
         starting_offsets=pipeline["starting.offsets"],
         fail_on_data_loss=pipeline["fail.on.data.loss"],
         table_merge_interval_ms=pipeline["table.merge.interval.ms"],
         metrics_port=pipeline["metrics.port"],
-        kafka=MappingProxyType(kafka),
-        spark=MappingProxyType(spark),
-        storage=Storage(MappingProxyType(storage)),
-        cleaner=CleanerConfig(**cleaner),
-        topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in layers.items()}),
+        kafka=MappingProxyType(keys.kafka),
+        spark=MappingProxyType(keys.spark),
+        storage=Storage(MappingProxyType(keys.storage)),
+        cleaner=CleanerConfig(**keys.cleaner),
+        topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in keys.layers.items()}),
         downstream=_downstream(raw, topics),
     )
-    # Check the file's own layers now, so a conflict fails before any broker is contacted.
     for topic in topics:
         resolve_topic(config, topic, {})
     return config
