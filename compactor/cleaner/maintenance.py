@@ -42,7 +42,7 @@ from compactor.cleaner.cleanable import (
 )
 from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.cleaner.retention import expired_segments
-from compactor.cleaner.vacuum import Vacuum, ensure_grace
+from compactor.cleaner.vacuum import Vacuum, ensure_grace, vacuum_due_ms
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
@@ -134,7 +134,7 @@ class LogMaintenance:
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        self._vacuum_due.append(now + self._config.topic(topic).vacuum_grace_ms + 50)
+        self._vacuum_due.append(vacuum_due_ms(now, self._config.topic(topic).vacuum_grace_ms))
 
     def next_due_ms(self, now_ms: int | None = None) -> int | None:
         """The earliest wall-clock time at which some work falls due, from the Delta log.

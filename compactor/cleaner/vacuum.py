@@ -24,11 +24,29 @@ log = logging.getLogger(__name__)
 
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 ORPHAN_AGE_HOURS = 1
+# Past the exact instant: Delta compares with "<", and clocks are read in whole ms.
+_VACUUM_SLACK_MS = 50
 
 
 def retention_interval(grace_ms: int) -> str:
-    """The table property value for a grace period (whole seconds, at least one)."""
-    return f"interval {max(1, -(-grace_ms // 1000))} seconds"
+    """The table property value for a grace period, exact to the millisecond.
+
+    Exact, because the service wakes to vacuum at removal + grace (:func:`vacuum_due_ms`):
+    a retention rounded up to whole seconds made that wake-up find nothing to delete, and the
+    files then waited for the next pass, past the erasure deadline. Delta (delta-rs,
+    delta-spark) parses ``interval N milliseconds``; whole seconds keep the shorter form.
+    """
+    grace_ms = max(0, grace_ms)
+    if grace_ms and grace_ms % 1000 == 0:
+        return f"interval {grace_ms // 1000} seconds"
+    return f"interval {grace_ms} milliseconds"
+
+
+def vacuum_due_ms(removed_ms: int, grace_ms: int) -> int:
+    """When a file removed at ``removed_ms`` (its remove action's deletionTimestamp) can be
+    vacuumed: Delta deletes it once deletionTimestamp < now - retention, and the table's
+    retention is exactly the grace (:func:`retention_interval`)."""
+    return removed_ms + max(0, grace_ms) + _VACUUM_SLACK_MS
 
 
 def ensure_grace(table: DeltaTable, grace_ms: int) -> None:

@@ -76,7 +76,7 @@ def check_downstream(config: CompactorConfig) -> None:
                 f"longer than the {tc.vacuum_grace_ms} ms the erasure deadline of {d.topic} "
                 f"(max.compaction.lag.ms={tc.max_compaction_lag_ms}) leaves for vacuum",
                 f"set delta.deletedFileRetentionDuration to at most "
-                f"'interval {max(1, tc.vacuum_grace_ms // 1000)} seconds' on that table",
+                f"'interval {tc.vacuum_grace_ms} milliseconds' on that table",
             )
         if props.get("delta.enableChangeDataFeed", "false").lower() == "true":
             raise ConfigError(
