@@ -1,0 +1,23 @@
+"""Every position the product keeps, in one place: see :mod:`checkpoints.positions`.
+
+The lowest layer: ``compactor`` and ``streaming`` use it; it uses only ``deltalake``.
+"""
+
+from checkpoints.positions import (
+    ALL,
+    CLEANABLE,
+    CLEANER,
+    ERASE,
+    INGEST,
+    LEDGER,
+    TABLE,
+    UNCLEANABLE,
+    WRITER,
+    Position,
+    query_checkpoint,
+)
+
+__all__ = [
+    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "TABLE", "UNCLEANABLE",
+    "WRITER", "Position", "query_checkpoint",
+]
