@@ -52,6 +52,10 @@ class Service:
     def __init__(self, config: CompactorConfig) -> None:
         self.config = resolve_config(config)
         check_downstream(self.config)
+        for topic in self.config.topics:
+            warning = self.config.topic(topic).deadline_warning
+            if warning:
+                log.warning("%s", warning)
         self._stop = threading.Event()
         self._batch_done = threading.Event()
         self.commit_lock = threading.Lock()

@@ -68,8 +68,10 @@ def command(args: argparse.Namespace) -> int:
             key: {"value": values[key], "source": tc.sources.get(key, "kafka default")}
             for key in TOPIC_KEYS
         }
+    warnings = {name: w for name in topics if (w := config.topic(name).deadline_warning)}
     if args.json:
-        print(json.dumps({"pipeline": pipeline, "topics": described}, sort_keys=True))
+        print(json.dumps({"pipeline": pipeline, "topics": described, "warnings": warnings},
+                         sort_keys=True))
         return 0
     for key, value in pipeline.items():
         print(f"{key} = {value}")
@@ -77,4 +79,6 @@ def command(args: argparse.Namespace) -> int:
         print(f"\ntopic {name}")
         for key, entry in entries.items():
             print(f"  {key:<28} {str(entry['value']):<22} ({entry['source']})")
+        if name in warnings:
+            print(f"  WARNING: {warnings[name]}")
     return 0

@@ -63,17 +63,45 @@ class TopicConfig:
 
         Planned backwards from max.compaction.lag.ms = M: vacuum needs the grace G after the
         cleaning commit, and the pass itself an allowance A, so cleaning is forced at
-        M - G - A. Without a max lag this is Kafka's (infinite) max lag.
+        M - G - A. Without a max lag this is Kafka's (infinite) max lag. When M is too short
+        for G + A (:attr:`deadline_best_effort`), cleaning is forced at once: 0.
         """
         if not self.erasure_deadline:
             return self.max_compaction_lag_ms
-        return self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms
+        return max(0, self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms)
+
+    @property
+    def deadline_best_effort(self) -> bool:
+        """A max lag Kafka accepts but shorter than the vacuum grace plus a pass allowance.
+
+        Such a topic is mirrored like any other, its segments roll and are cleaned as soon as
+        possible, and its erasures are timed against M as usual (missed ones are counted);
+        only the promise that each is physically gone by M cannot be made.
+        """
+        return (self.erasure_deadline and self.max_compaction_lag_ms - self.vacuum_grace_ms
+                - self.pass_allowance_ms <= 0)
+
+    @property
+    def deadline_warning(self) -> str | None:
+        """The warning shown at start, by ``status``, ``describe-config`` and a metric."""
+        if not self.deadline_best_effort:
+            return None
+        return (f"erasure deadline of {self.name} is best effort: max.compaction.lag.ms="
+                f"{self.max_compaction_lag_ms} is shorter than the vacuum grace "
+                f"({self.vacuum_grace_ms} ms) plus a cleaning pass allowance "
+                f"({self.pass_allowance_ms} ms); its segments are cleaned as soon as possible "
+                "and missed deadlines are counted. For a kept deadline, raise "
+                f"max.compaction.lag.ms above {self.vacuum_grace_ms + self.pass_allowance_ms}"
+                " or lower vacuum.grace.ms")
 
     @property
     def roll_ms(self) -> int:
-        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag)."""
+        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag).
+
+        At least 1 ms: a best-effort topic rolls its active segment at every micro-batch.
+        """
         if self.erasure_deadline:
-            return min(self.segment_ms, self.cleaning_lag_ms)
+            return min(self.segment_ms, max(1, self.cleaning_lag_ms))
         return self.segment_ms
 
 

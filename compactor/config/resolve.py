@@ -58,12 +58,14 @@ def resolve_topic(
         vacuum_grace=values["vacuum.grace.ms"],
         sources=MappingProxyType(sources),
     )
-    if tc.erasure_deadline and tc.cleaning_lag_ms <= 0:
+    if tc.erasure_deadline and tc.vacuum_grace >= tc.max_compaction_lag_ms:
+        # A grace the user set (not Kafka's key) that alone outlasts the deadline contradicts
+        # it; a max lag that is merely short is Kafka-valid and runs best effort.
         raise ConfigError(
             f"vacuum.grace.ms (topic {topic})", tc.vacuum_grace_ms,
-            f"leaves no time to clean within max.compaction.lag.ms ({tc.max_compaction_lag_ms}):"
-            f" grace + a pass allowance of {tc.pass_allowance_ms} ms must stay below it",
-            "lower vacuum.grace.ms or raise max.compaction.lag.ms",
+            f"keeps removed files at least as long as max.compaction.lag.ms "
+            f"({tc.max_compaction_lag_ms}), so no erasure could finish by its deadline",
+            "lower vacuum.grace.ms (by default it is a quarter of max.compaction.lag.ms)",
         )
     return tc
 
@@ -94,7 +96,8 @@ def with_topic_configs(
     """Return the config with every topic resolved against its broker overrides."""
     resolved = {t: resolve_topic(config, t, broker.get(t, {})) for t in config.topics}
     for tc in resolved.values():
-        if tc.erasure_deadline and config.table_merge_interval_ms > tc.cleaning_lag_ms:
+        if (tc.erasure_deadline and not tc.deadline_best_effort
+                and config.table_merge_interval_ms > tc.cleaning_lag_ms):
             raise ConfigError(
                 "table.merge.interval.ms", config.table_merge_interval_ms,
                 f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "

@@ -58,6 +58,12 @@ class Metrics:
                                     "pending erasure.", ("topic",))
         self.erasure_missed = gauge("erasure_missed_deadlines", "Erasures past their deadline "
                                     "or finished after it.", ("topic",))
+        self.best_effort = gauge(
+            "erasure_deadline_best_effort", "1 when the topic's max.compaction.lag.ms is "
+            "shorter than the vacuum grace plus a pass allowance: its deadline is best effort.",
+            ("topic",))
+        for topic in config.topics:
+            self.best_effort.labels(topic).set(int(config.topic(topic).deadline_best_effort))
         self._last_lag = 0.0
         if port:
             start_http_server(port, registry=self.registry)

@@ -62,6 +62,7 @@ class TopicStatus:
     max_compaction_lag_ms: int | None
     partitions: list[PartitionStatus] = field(default_factory=list)
     erasure: ErasureStatus = ErasureStatus(0, None, 0)
+    deadline_warning: str | None = None  # the erasure deadline is best effort, and why
 
 
 def broker_end_offsets(config: CompactorConfig) -> dict[tuple[str, int], int]:
@@ -132,6 +133,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
             tc.max_compaction_lag_ms if tc.erasure_deadline else None, partitions,
             ErasureStatus(backlog.pending, backlog.oldest_pending_age_ms,
                           backlog.missed_deadlines),
+            tc.deadline_warning,
         ))
     return topics, broker_error
 
@@ -160,6 +162,8 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
                   else f"{e.oldest_pending_age_ms / 1000:.0f}s")
         lines.append(f"{t.topic} (cleanup.policy={t.cleanup_policy}{lag}): erasures pending "
                      f"{e.pending}, oldest {oldest}, missed deadlines {e.missed_deadlines}")
+        if t.deadline_warning:
+            lines.append(f"  WARNING: {t.deadline_warning}")
         lines.append(f"  {'part':>4} {'end':>9} {'mirrored':>9} {'lag':>7} {'log':>17} "
                      f"{'segs':>4} {'dirty from':>10} {'dirty B':>9} {'ratio':>6} "
                      f"{'overdue':>7} {'forced cleaning':>15}")

@@ -66,13 +66,29 @@ def test_kip354_roll_uses_min_of_segment_ms_and_the_cleaning_lag_for_compacted_t
     assert resolve_topic(plain, "orders", {}).roll_ms == 10000
 
 
-def test_a_max_lag_that_leaves_no_time_to_clean_and_vacuum_is_refused() -> None:
+def test_a_grace_that_outlasts_the_max_lag_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "5000",
-                  "vacuum.grace.ms": "4500"})
+                  "vacuum.grace.ms": "5000"})
     text = str(info.value)
-    assert "vacuum.grace.ms (topic orders)=4500" in text
-    assert "leaves no time to clean within max.compaction.lag.ms (5000)" in text
+    assert "vacuum.grace.ms (topic orders)=5000" in text
+    assert "at least as long as max.compaction.lag.ms (5000)" in text
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("settings", [
+    {"max.compaction.lag.ms": "3000"},  # valid in Kafka: grace 750 + allowance 3000 > 3000
+    {"max.compaction.lag.ms": "5000", "vacuum.grace.ms": "4500"},
+])
+def test_a_kafka_valid_short_max_lag_runs_best_effort_with_a_warning(settings) -> None:
+    tc = resolve_topic(config(**{"cleanup.policy": "compact", **settings}), "orders", {})
+    assert tc.deadline_best_effort and tc.cleaning_lag_ms == 0 and tc.roll_ms == 1
+    warning = tc.deadline_warning or ""
+    assert "best effort" in warning
+    assert f"max.compaction.lag.ms={settings['max.compaction.lag.ms']}" in warning
+    long = resolve_topic(config(**{"cleanup.policy": "compact",
+                                   "max.compaction.lag.ms": "60000"}), "orders", {})
+    assert not long.deadline_best_effort and long.deadline_warning is None
 
 
 def test_max_lag_below_min_lag_is_refused_with_key_value_and_rule() -> None:
