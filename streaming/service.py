@@ -79,6 +79,8 @@ class Service:
         started = time.monotonic()
         run = self._start(on_batch, on_pass)
         query = run.mirror.start(once=once)
+        if run.metrics is not None:
+            run.metrics.alive = lambda: bool(query.isActive)
         self._recover(run.mirror)
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
@@ -132,7 +134,8 @@ class Service:
 
             metrics = Metrics(self.config, self.config.metrics_port)
             mirror.listeners.append(metrics.on_batch)
-            log.info("metrics on http://0.0.0.0:%d/metrics", self.config.metrics_port)
+            log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
+                     self.config.metrics_port)
         if cleaner is not None:
             mirror.table_hooks.append(cleaner.note_removed)
         progress = IngestProgress(lambda: broker_end_offsets(self.config))

@@ -5,21 +5,50 @@ max_dirty_percent, cleaner_recopy_percent, max_clean_time_secs, max_buffer_utili
 uncleanable_partitions_count, uncleanable_bytes. Plus records and bytes ingested, consumer lag
 per partition, and per topic the erasure backlog, its oldest age and missed deadlines. All are
 prefixed ``compactor_``. Figures come from the same state as ``compactor status``.
+
+For on-call: the process and Python collectors (``process_*``, ``python_*``),
+``compactor_build_info``, per topic the time of the last ingest and cleaning commit of this
+process, missed deadlines as a counter, and the ``/healthz`` and ``/readyz`` endpoints
+(:mod:`compactor.ops.health`) on the same port.
 """
 
 from __future__ import annotations
 
+import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.ingest.writer import BatchStats
+from compactor.ops.health import serve
 from compactor.ops.status import collect_status
 
 _LAG_EVERY_S = 5.0
+
+
+def _version(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def readiness_bound_s(config: CompactorConfig) -> float:
+    """How long the mirror may go without an ingest commit while Kafka holds records it has
+    not mirrored before ``/readyz`` says it is not keeping up: ten triggers, at least 60 s."""
+    return max(60.0, 10 * config.trigger_interval_ms / 1000)
 
 
 class Metrics:
@@ -62,16 +91,66 @@ class Metrics:
             "erasure_deadline_best_effort", "1 when the topic's max.compaction.lag.ms is "
             "shorter than the vacuum grace plus a pass allowance: its deadline is best effort.",
             ("topic",))
+        self.last_ingest = gauge(
+            "last_ingest_commit_timestamp_seconds", "When this process last committed records "
+            "of the topic to its log (Unix time).", ("topic",))
+        self.last_cleaning = gauge(
+            "last_cleaning_commit_timestamp_seconds", "When this process last committed a "
+            "cleaning of the topic's log (Unix time).", ("topic",))
+        self.missed_total = Counter(
+            "compactor_erasure_deadlines_missed", "Erasures that missed their deadline, as the "
+            "ledger counts them (a counter; erasure_missed_deadlines is the same as a gauge).",
+            ["topic"], registry=r)
+        self._missed_seen: dict[str, int] = {}
         for topic in config.topics:
             self.best_effort.labels(topic).set(int(config.topic(topic).deadline_best_effort))
+            self.missed_total.labels(topic)  # shown as 0 from the start
+        Info("compactor_build", "Versions of this compactor and what it runs on.",
+             registry=r).info({
+                 "version": _version("kafka-lake-compactor"), "python": platform.python_version(),
+                 "pyspark": _version("pyspark"), "deltalake": _version("deltalake"),
+                 "confluent_kafka": _version("confluent-kafka")})
+        ProcessCollector(registry=r)  # process_* (memory, CPU, open fds): empty off Linux
+        PlatformCollector(registry=r)  # python_info
+        GCCollector(registry=r)  # python_gc_*
+        self.alive: Callable[[], bool] = lambda: False  # the service sets it to its query's
+        self._started = time.time()
+        self._last_ingest_s: dict[str, float] = {}
+        self._lag_total: int | None = None
         self._last_lag = 0.0
         if port:
-            start_http_server(port, registry=self.registry)
+            serve(port, self.registry, self.liveness, self.readiness)
+
+    def liveness(self) -> tuple[bool, str]:
+        """``/healthz``: the streaming query is running."""
+        if self.alive():
+            return True, "ok: the mirror query is running"
+        return False, "the mirror query is not running"
+
+    def readiness(self, now: float | None = None) -> tuple[bool, str]:
+        """``/readyz``: alive, and an ingest commit within :func:`readiness_bound_s` (counted
+        from start before the first one), or nothing on the broker left to mirror."""
+        ok, why = self.liveness()
+        if not ok:
+            return ok, why
+        now = time.time() if now is None else now
+        bound = readiness_bound_s(self._config)
+        age = now - max(self._last_ingest_s.values(), default=self._started)
+        if age <= bound:
+            return True, f"ok: last ingest commit {age:.0f}s ago (bound {bound:.0f}s)"
+        if self._lag_total == 0:
+            return True, "ok: caught up with the broker, nothing new to mirror"
+        lag = "unknown" if self._lag_total is None else str(self._lag_total)
+        return False, (f"no ingest commit for {age:.0f}s (bound {bound:.0f}s) with a lag of "
+                       f"{lag} records")
 
     def on_batch(self, _batch_id: int, stats: Mapping[str, BatchStats]) -> None:
+        now = time.time()
         for topic, s in stats.items():
             self.records.labels(topic).inc(s.records)
             self.bytes.labels(topic).inc(s.record_bytes)
+            self.last_ingest.labels(topic).set(now)
+            self._last_ingest_s[topic] = now
 
     def on_pass(self, report: PassReport, uncleanable: Mapping[tuple[str, int], str]) -> None:
         results = [o.result for o in report.outcomes if o.result is not None]
@@ -83,6 +162,8 @@ class Metrics:
             self.buffer_utilization.set(100.0 * max(r.stats.buffer_utilization
                                                     for r in results))
         self.uncleanable_count.set(len(uncleanable))
+        for topic in {o.topic for o in report.outcomes if o.committed}:
+            self.last_cleaning.labels(topic).set(time.time())
         self.refresh(uncleanable)
 
     def refresh(self, uncleanable: Mapping[tuple[str, int], str] | None = None) -> None:
@@ -97,10 +178,17 @@ class Metrics:
         self.max_dirty_percent.set(100.0 * max((p.dirty_ratio for p in partitions), default=0))
         self.uncleanable_bytes.set(sum(p.dirty_bytes for p in partitions
                                        if (p.topic, p.partition) in (uncleanable or {})))
+        lags = [p.lag for p in partitions if p.lag is not None]
         for p in partitions:
             if p.lag is not None:
                 self.lag.labels(p.topic, str(p.partition)).set(p.lag)
+        if ask:
+            self._lag_total = sum(lags) if len(lags) == len(partitions) else None
         for t in topics:
             self.erasure_backlog.labels(t.topic).set(t.erasure.pending)
             self.erasure_oldest.labels(t.topic).set((t.erasure.oldest_pending_age_ms or 0) / 1000)
             self.erasure_missed.labels(t.topic).set(t.erasure.missed_deadlines)
+            newly = t.erasure.missed_deadlines - self._missed_seen.get(t.topic, 0)
+            if newly > 0:
+                self.missed_total.labels(t.topic).inc(newly)
+                self._missed_seen[t.topic] = t.erasure.missed_deadlines

@@ -99,7 +99,7 @@ def test_vacuum_waits_for_the_grace_and_removes_old_orphans(tmp_path: Path) -> N
     assert removed and all(p.exists() for p in removed)  # readers of old snapshots still work
     assert not old_orphan.exists() and new_orphan.exists()
     assert DeltaTable(str(root)).metadata().configuration[
-        "delta.deletedFileRetentionDuration"] == "interval 2 seconds"
+        "delta.deletedFileRetentionDuration"] == "interval 1500 milliseconds"  # exact grace
     deadline = time.time() + 30
     while any(p.exists() for p in removed) and time.time() < deadline:
         time.sleep(0.5)

@@ -50,6 +50,15 @@ def test_metrics_are_served_while_the_mirror_runs(broker, topic_factory, tmp_pat
                      "max_clean_time_secs", "max_buffer_utilization_percent",
                      "uncleanable_partitions_count", "uncleanable_bytes"):
             assert f"compactor_{name} " in text, name
+        # What an on-call engineer expects beside Kafka's names.
+        assert f'compactor_last_ingest_commit_timestamp_seconds{{topic="{topic}"}} ' in text
+        assert f'compactor_erasure_deadlines_missed_total{{topic="{topic}"}} 0.0' in text
+        assert f'compactor_erasure_deadline_best_effort{{topic="{topic}"}} 0.0' in text
+        assert 'compactor_build_info{' in text and "process_resident_memory_bytes " in text
+        assert "python_info{" in text
+        for probe in ("healthz", "readyz"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/{probe}", timeout=5) as r:
+                assert r.status == 200 and r.read().decode().startswith("ok"), probe
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
