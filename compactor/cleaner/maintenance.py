@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake.transaction import CommitProperties, RemoveAction
+from deltalake.transaction import RemoveAction
 
 from checkpoints import CLEANER
 from compactor.cleaner import uncleanable
@@ -46,7 +46,7 @@ from compactor.cleaner.vacuum import Vacuum, ensure_grace, vacuum_due_ms
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
-from compactor.lake import fencing
+from compactor.lake import fencing, operations
 from compactor.lake.datafiles import add_action
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -319,7 +319,7 @@ class LogMaintenance:
             try:
                 table.create_write_transaction(
                     actions, "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
-                    commit_properties=CommitProperties(app_transactions=txns),
+                    commit_properties=_properties(result, txns),
                 )
             except Exception as exc:
                 log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
@@ -366,3 +366,18 @@ class LogMaintenance:
                 except LakeError as exc:
                     log.warning("%s", exc)
         return deleted
+
+
+def _properties(result: CleanResult, txns: list[Any]) -> Any:
+    """Name a cleaning commit by what it did: compaction, retention alone, or only positions."""
+    s = result.stats
+    if result.added or s.records_dropped or s.tombstones_stamped:
+        operation = operations.CLEAN
+    elif result.removed:
+        operation = operations.RETENTION
+    else:
+        operation = operations.CHECKPOINT
+    return operations.properties(
+        operation, f"{operation.lower()} {result.topic}-{result.partition}: checkpoint "
+        f"{result.checkpoint}, {len(result.removed)} files removed, {len(result.added)} added, "
+        f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted", txns)

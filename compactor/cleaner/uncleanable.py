@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from deltalake import DeltaTable, Transaction
-from deltalake.transaction import CommitProperties
 
 from checkpoints import CLEANABLE, UNCLEANABLE
 from compactor.exceptions import LakeError
+from compactor.lake import operations
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
 
 REASON_KEY = "compactor.uncleanable"
@@ -59,10 +59,10 @@ def mark(table: DeltaTable, partition: int, reason: str) -> None:
     try:
         table.create_write_transaction(
             [], "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
-            commit_properties=CommitProperties(
-                app_transactions=[UNCLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)],
-                custom_metadata={REASON_KEY: json.dumps({"partition": partition,
-                                                         "reason": reason})}),
+            commit_properties=operations.properties(
+                operations.MARK_UNCLEANABLE, f"partition {partition} is uncleanable",
+                [UNCLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)],
+                {REASON_KEY: json.dumps({"partition": partition, "reason": reason})}),
         )
     except Exception as exc:
         raise LakeError(f"{table.table_uri}: cannot record partition {partition} as "

@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import CommitProperties
 
 from checkpoints import ERASE
 from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
+from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.segments import PartitionLog, read_offsets, read_partition_logs
 
@@ -172,7 +172,9 @@ class DownstreamEraser:
         try:
             metrics = (table.merge(source, predicate=f"t.`{d.key_column}` = s.k",
                                    source_alias="s", target_alias="t",
-                                   commit_properties=CommitProperties(app_transactions=txns))
+                                   commit_properties=operations.properties(
+                                       operations.ERASE_DOWNSTREAM,
+                                       f"tombstoned keys of {d.topic} deleted", txns))
                        .when_matched_delete().execute())
         except CommitFailedError:  # another process (compactor clean) applied them first
             log.info("downstream %s moved concurrently; re-reading from its position", d.name)

@@ -32,11 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import CommitProperties
 
 from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
+from compactor.lake import operations
 from compactor.lake.layout import ensure_table, open_table, read_table, topic_paths
 from compactor.lake.segments import read_offsets, read_partition_logs
 
@@ -166,7 +166,9 @@ class ErasureLedger:
         txns = [LEDGER.moved_to(hi, p) for p, hi in moved.items()]
         try:  # against the version whose app transactions gave S: a concurrent move fails it
             write_deltalake(ledger, table, mode="append",
-                            commit_properties=CommitProperties(app_transactions=txns))
+                            commit_properties=operations.properties(
+                                operations.RECORD_ERASURES,
+                                f"{len(found)} tombstones of {topic} recorded", txns))
         except CommitFailedError:  # another process (compactor clean) recorded them first
             log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
             return 0

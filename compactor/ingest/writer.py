@@ -31,12 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.transaction import CommitProperties
 
 from checkpoints import INGEST
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
-from compactor.lake import fencing
+from compactor.lake import fencing, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -206,7 +205,9 @@ def _commit(
     try:
         table.create_write_transaction(
             [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
-            commit_properties=CommitProperties(app_transactions=txns),
+            commit_properties=operations.properties(
+                operations.INGEST, f"{sum(f.records for f in files)} records of partitions "
+                f"{','.join(map(str, sorted(versions)))}", txns),
         )
     except Exception as exc:
         raise LakeError(

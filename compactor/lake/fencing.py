@@ -27,10 +27,10 @@ from __future__ import annotations
 import time
 
 from deltalake import DeltaTable
-from deltalake.transaction import CommitProperties
 
 from checkpoints import WRITER
 from compactor.exceptions import LakeError
+from compactor.lake import operations
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
 from compactor.lake.storage import Storage
 
@@ -47,8 +47,9 @@ def claim(log_path: str, storage: Storage) -> int:
     try:
         table.create_write_transaction(
             [], "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
-            commit_properties=CommitProperties(
-                app_transactions=[WRITER.moved_to(mine, now_ms=int(time.time() * 1000))]),
+            commit_properties=operations.properties(
+                operations.CLAIM_WRITER, f"writer generation {mine} owns the log",
+                [WRITER.moved_to(mine, now_ms=int(time.time() * 1000))]),
         )
     except Exception as exc:
         raise LakeError(f"{log_path}: could not claim the log for this run: {exc}") from exc

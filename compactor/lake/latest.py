@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.transaction import CommitProperties
 
 from checkpoints import TABLE
 from compactor.exceptions import LakeError
+from compactor.lake import operations
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
     TABLE_PROPERTIES_LATEST,
@@ -117,7 +117,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
         metrics = (
             storage.table(paths.table).merge(
                 source, predicate="t.key = s.key", source_alias="s", target_alias="t",
-                commit_properties=CommitProperties(app_transactions=txns),
+                commit_properties=operations.properties(
+                    operations.MERGE_LATEST, f"latest values of {topic} up to the log", txns),
             )
             .when_matched_delete(predicate=f"s.value IS NULL AND {_NEWER}")
             .when_matched_update_all(predicate=f"s.value IS NOT NULL AND {_NEWER}")

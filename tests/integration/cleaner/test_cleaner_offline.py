@@ -257,3 +257,21 @@ def test_an_ingest_commit_during_a_pass_lands_and_so_does_the_pass(
     rows = log_rows(config, "t")
     assert {r[1] for r in rows} >= {o for o, *_ in later}  # every ingested record is there
     assert _latest(rows) == _latest([(0, o, k, v) for o, k, v, _ in first + later])
+
+
+def test_every_commit_names_what_it_did_in_commit_info(tmp_path: Path) -> None:
+    """Delta readers see WRITE for every delta-rs commit: ours say what they did too."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact,delete", segment_ms=1000,
+                            min_cleanable_dirty_ratio=0.01, retention_ms=60_000)
+    keys = [b"k0", b"k1", b"k0", b"k1"]
+    append(config, "t", 0, [(i, k, b"v%d" % i, T0 + 2000 * i) for i, k in enumerate(keys)],
+           now_ms=T0 + 10_000)
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 10_500)  # compacts offsets 0 and 1 away
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 200_000)  # every segment past retention
+    history = DeltaTable(topic_paths(config.lake_path, "t").log).history()
+    ops = [h.get("compactor.operation") for h in reversed(history)
+           if h["operation"] in ("WRITE", "MERGE")]  # not CREATE TABLE, SET TBLPROPERTIES
+    assert None not in ops, history
+    assert "INGEST" in ops and "CLEAN" in ops and "RETENTION" in ops, ops
+    assert all(h["userMetadata"].startswith("compactor: ") for h in history
+               if h.get("compactor.operation")), history

@@ -22,13 +22,13 @@ def test_one_row_per_live_key_and_tombstones_delete(tmp_path: Path) -> None:
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
     append(config, "t", 0, [(0, b"a", b"a1", T0), (1, b"b", b"b1", T0), (2, b"a", b"a2", T0),
                             (3, b"c", b"c1", T0)], now_ms=T0)
-    stats = catch_up(config, "t")
+    stats = catch_up(config.lake_path, "t", config.storage)
     assert stats.keys == 3 and stats.inserted == 3
     assert table_rows(config, "t") == {b"a": (b"a2", 0, 2), b"b": (b"b1", 0, 1),
                                        b"c": (b"c1", 0, 3)}
     append(config, "t", 0, [(4, b"b", None, T0), (5, b"c", b"c2", T0), (6, b"d", None, T0)],
            now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     assert table_rows(config, "t") == {b"a": (b"a2", 0, 2), b"c": (b"c2", 0, 5)}
 
 
@@ -37,7 +37,7 @@ def test_within_a_partition_the_offset_wins_even_against_an_older_timestamp(
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
     append(config, "t", 0, [(0, b"k", b"new-ts", T0 + 5000), (1, b"k", b"old-ts", T0)],
            now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     assert table_rows(config, "t")[b"k"][0] == b"old-ts"
 
 
@@ -45,10 +45,10 @@ def test_across_partitions_the_latest_timestamp_wins(tmp_path: Path) -> None:
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
     append(config, "t", 0, [(0, b"k", b"p0-later", T0 + 10)], now_ms=T0)
     append(config, "t", 1, [(0, b"k", b"p1-earlier", T0)], now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     assert table_rows(config, "t")[b"k"] == (b"p0-later", 0, 0)
     append(config, "t", 1, [(1, b"k", b"p1-latest", T0 + 20)], now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     assert table_rows(config, "t")[b"k"] == (b"p1-latest", 1, 1)
 
 
@@ -57,12 +57,12 @@ def test_a_lagging_table_catches_up_exactly_once(tmp_path: Path) -> None:
     # Two log commits whose MERGE never ran (a crash after each log commit).
     append(config, "t", 0, [(0, b"a", b"1", T0), (1, b"a", b"2", T0)], now_ms=T0)
     append(config, "t", 0, [(2, b"b", b"3", T0), (3, b"a", None, T0)], now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     assert table_rows(config, "t") == {b"b": (b"3", 0, 2)}
     path = topic_paths(config.lake_path, "t").table
     version = DeltaTable(path).version()
     assert DeltaTable(path).transaction_version("compactor-table-0") == 3
-    assert catch_up(config, "t").keys == 0
+    assert catch_up(config.lake_path, "t", config.storage).keys == 0
     assert DeltaTable(path).version() == version  # nothing new: no commit
 
 
@@ -70,7 +70,7 @@ def test_no_key_bytes_in_the_table_delta_log(tmp_path: Path) -> None:
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
     append(config, "t", 0, [(0, b"SECRET-KEY", b"SECRET-VALUE", T0),
                             (1, b"SECRET-KEY", None, T0)], now_ms=T0)
-    catch_up(config, "t")
+    catch_up(config.lake_path, "t", config.storage)
     log_dir = Path(topic_paths(config.lake_path, "t").table) / "_delta_log"
     for f in log_dir.iterdir():
         assert b"SECRET" not in f.read_bytes(), f.name

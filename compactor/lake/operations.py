@@ -1,0 +1,40 @@
+"""What each of our commits did, named in its ``commitInfo``.
+
+delta-rs names every ``create_write_transaction`` commit ``WRITE`` / ``Append`` and refuses
+another ``operation``, even for a commit that only removes files. So every commit of ours also
+carries ``compactor.operation`` (one of the names below, for machines) and ``userMetadata`` (a
+sentence, the column Delta's ``DESCRIBE HISTORY`` shows people). MERGE commits keep delta-rs's
+``MERGE`` and carry both keys too.
+
+Delta streaming readers of ``L/T/log`` or ``L/T/table`` must set ``skipChangeCommits=true``:
+cleaning, retention and the latest-value MERGE remove files with ``dataChange=true`` (records
+really disappear), which a Delta stream otherwise refuses ("Detected a data update").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from deltalake import Transaction
+from deltalake.transaction import CommitProperties
+
+OPERATION_KEY = "compactor.operation"
+
+INGEST = "INGEST"  # a micro-batch's records appended to the log (or rejected)
+CLEAN = "CLEAN"  # compaction of dirty segments, possibly with retention in the same commit
+RETENTION = "RETENTION"  # whole segments past retention.ms / retention.bytes removed
+CHECKPOINT = "CHECKPOINT"  # only the cleaner checkpoint (or an uncleanable mark) moved
+MARK_UNCLEANABLE = "MARK UNCLEANABLE"
+CLAIM_WRITER = "CLAIM WRITER"  # a run took over the log (fencing generation)
+MERGE_LATEST = "MERGE LATEST"  # the latest-value table brought up to the log
+ERASE_DOWNSTREAM = "ERASE DOWNSTREAM"  # tombstoned keys deleted from a downstream table
+RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to the ledger
+
+
+def properties(operation: str, summary: str, txns: Iterable[Transaction] = (),
+               extra: Mapping[str, str] | None = None) -> CommitProperties:
+    """Commit properties naming the operation, with the positions that move in it."""
+    return CommitProperties(
+        app_transactions=list(txns) or None,
+        custom_metadata={OPERATION_KEY: operation, "userMetadata": f"compactor: {summary}",
+                         **(extra or {})})
