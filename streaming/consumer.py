@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError, DataLossError
 from compactor.ingest.writer import PartitionPlan, RangeResult, append_batches
+from compactor.kafka.clients import with_logger
 from compactor.lake.layout import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
@@ -42,7 +43,7 @@ def _consumer(client_config: Mapping[str, str]) -> Consumer:
         "fetch.queue.backoff.ms": 10,
         **client_config,
     }
-    return Consumer(conf)
+    return Consumer(with_logger(conf))
 
 
 def consume_range(

@@ -166,6 +166,14 @@ class Service:
                 run.mirror.merge_tables()
             time.sleep(0.2)
 
+    def close(self) -> None:
+        """Stop the Spark session this engine used (its workers' Kafka clients go with it)."""
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+
     def clean(self, topics: list[str] | None, force: bool, dry_run: bool) -> PassReport:
         """One maintenance pass now, without mirroring (``compactor clean``)."""
         from streaming.session import build_session

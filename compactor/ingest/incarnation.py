@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
+from compactor.kafka.clients import with_logger
 from compactor.lake.layout import open_table, topic_paths
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class Incarnations:
         from confluent_kafka.admin import AdminClient
 
         self._config = config
-        self._admin = AdminClient(config.kafka_client_config())
+        self._admin = AdminClient(with_logger(config.kafka_client_config()))
         self.expected: dict[str, str] = {}
 
     def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:

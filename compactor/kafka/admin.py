@@ -8,6 +8,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from compactor.exceptions import BrokerUnavailableError, ConfigError
+from compactor.kafka.clients import with_logger
 
 _TIMEOUT_S = 15.0
 
@@ -23,7 +24,8 @@ _CONSUMER_ONLY = {
 
 def admin_client(client_config: Mapping[str, str]) -> AdminClient:
     """An AdminClient from the mirror's client settings (consumer-only keys left out)."""
-    return AdminClient({k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY})
+    return AdminClient(with_logger(
+        {k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY}))
 
 
 def describe_topic_configs(

@@ -39,6 +39,7 @@ from deltalake import DeltaTable
 
 from checkpoints import INGEST, TABLE
 from compactor.exceptions import BrokerUnavailableError, LakeError
+from compactor.kafka.clients import with_logger
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
     join,
@@ -200,7 +201,7 @@ def assigned_consumer(topic: str, next_offsets: Mapping[int, int], bootstrap_ser
         "fetch.queue.backoff.ms": 10,  # as the mirror's consumer: see streaming.consumer
         **(config or {}),
     }
-    consumer = Consumer(settings)
+    consumer = Consumer(with_logger(settings))
     try:
         metadata = consumer.list_topics(topic, timeout=10)
     except KafkaException as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from compactor.exceptions import BrokerNotInstalledError, BrokerUnavailableError
+from compactor.kafka.clients import with_logger
 
 
 def _free_port() -> int:
@@ -67,7 +68,8 @@ class EmbeddedBroker:
 
         deadline = time.monotonic() + timeout_s
         # log_level 0: refused connections while the broker boots are expected, not news.
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient(with_logger({"bootstrap.servers": self.bootstrap_servers,
+                                         "log_level": 0}))
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise BrokerUnavailableError(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +21,7 @@ from compactor.config import build_config
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import ConfigError
 from compactor.ingest.writer import BatchStats
+from compactor.kafka.clients import with_logger
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.broker import EmbeddedBroker
@@ -58,18 +61,46 @@ def _prepare(directory: Path) -> None:
     (directory / MARKER).write_text("made by compactor demo; removed by the next demo run\n")
 
 
+@contextlib.contextmanager
+def logs_to(path: Path, verbose: bool) -> Iterator[None]:
+    """Send every log line to ``path``: this process's (its logging writes to stderr) and its
+    children's (Spark's JVM and Python workers inherit the file descriptor), so the terminal
+    shows only the story on stdout. ``verbose`` leaves stderr alone."""
+    if verbose:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log_file:
+        os.dup2(log_file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_demo(directory: str, users: int = 20_000, updates: int = 200_000,
-             live_seconds: float = 10.0) -> int:
+             live_seconds: float = 10.0, verbose: bool = False) -> int:
     """Start a broker, produce, mirror, keep changing, verify and draw; returns the exit code."""
     out = Path(directory).resolve()
     _prepare(out)
+    if not verbose:
+        say(f"(logs of Spark, the Kafka clients and the compactor: {out / 'demo.log'}; "
+            "--verbose shows them here)")
+    with logs_to(out / "demo.log", verbose):
+        return _run(out, users, updates, live_seconds)
+
+
+def _run(out: Path, users: int, updates: int, live_seconds: float) -> int:
     lake = out / "lake"
     began = time.monotonic()
     began_ms = int(time.time() * 1000)
     say(f"[1/6] starting the embedded Kafka-compatible broker (Tansu), log in {out}/broker.log")
     with EmbeddedBroker(out / "broker.log") as broker:
         say(f"      listening on {broker.bootstrap_servers}")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        admin = AdminClient(with_logger({"bootstrap.servers": broker.bootstrap_servers}))
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=TOPIC_CONFIG)])[TOPIC].result()
         del admin
         settings = ", ".join(f"{k}={v}" for k, v in TOPIC_CONFIG.items())
@@ -133,6 +164,7 @@ def run_demo(directory: str, users: int = 20_000, updates: int = 200_000,
         changes = _live_phase(service, broker.bootstrap_servers, workload, users, timeline,
                               live_seconds, on_batch, on_pass)
         ok = _check(service, workload, changes, timeline, out)
+        service.close()  # Spark and every Kafka client end before the broker does
     say()
     say(f"Done in {time.monotonic() - began:.0f}s. The lake is plain Delta; read it with "
         "deltalake, DuckDB or Polars:")

@@ -49,6 +49,9 @@ class Engine(Protocol):
 
     def clean(self, topics: list[str] | None, force: bool, dry_run: bool) -> PassReport: ...
 
+    def close(self) -> None:
+        """Stop what the engine started (its Spark session), so no client outlives it."""
+
 
 def load_engine(config: CompactorConfig, name: str = "spark") -> Engine:
     """The installed engine ``name``, built for ``config`` (which it resolves)."""

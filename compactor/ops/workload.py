@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 
 from compactor.exceptions import BrokerUnavailableError
+from compactor.kafka.clients import with_logger
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,11 @@ def produce(
     progress: Callable[[int], None] | None = None,
 ) -> None:
     """Produce ``records`` in order; raises if any delivery fails."""
-    producer = Producer({
+    producer = Producer(with_logger({
         "bootstrap.servers": bootstrap_servers, "linger.ms": 20, "batch.num.messages": 10_000,
         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False,
         **(extra_config or {}),
-    })
+    }))
     failures: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:

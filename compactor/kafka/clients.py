@@ -1,0 +1,35 @@
+"""Every librdkafka client of the product logs through Python logging, never to the terminal.
+
+librdkafka prints its own lines (``%4|1700000000.123|CONFWARN|...``) straight to stderr unless
+a client is given a Python ``logger``; then confluent-kafka hands each line to that logger when
+the client is polled, and it goes wherever and at whatever level logging is configured. The
+logger object cannot cross into Spark tasks (it does not pickle), so it is added here, where
+each client is built, never to a configuration that travels.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+LIBRDKAFKA = logging.getLogger("librdkafka")
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def with_logger(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` plus the ``logger`` that routes librdkafka's lines into Python logging."""
+    ensure_logging()
+    return {**conf, "logger": LIBRDKAFKA}
+
+
+def ensure_logging() -> None:
+    """In a process nobody configured logging in (a Spark Python worker), log warnings and
+    errors to stderr in the CLI's format; the driver's configuration is left alone."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
