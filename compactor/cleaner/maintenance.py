@@ -42,7 +42,7 @@ from compactor.cleaner.cleanable import (
 )
 from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.cleaner.retention import expired_segments
-from compactor.cleaner.vacuum import Vacuum, ensure_grace, vacuum_due_ms
+from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
@@ -356,13 +356,14 @@ class LogMaintenance:
             with self._lock:
                 if path in ours:
                     try:
-                        ensure_grace(table, grace)
+                        ensure_properties(table, grace)
                     except Exception as exc:
                         log.warning("%s: cannot record the vacuum grace: %s", path, exc)
-                sweep = (path in ours and tc.erasure_deadline
-                         and self._nothing_in_flight is not None and self._nothing_in_flight())
+                idle = self._nothing_in_flight is not None and self._nothing_in_flight()
+                sweep = path in ours and tc.erasure_deadline and idle
                 try:
-                    deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep))
+                    deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep,
+                                                    tidy=path in ours and idle))
                 except LakeError as exc:
                     log.warning("%s", exc)
         return deleted

@@ -12,13 +12,15 @@ also deletes orphans of erasure-deadline topics once they pass the grace.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
-from compactor.lake.storage import Storage
+from compactor.lake.layout import LOG_HYGIENE
+from compactor.lake.storage import Storage, is_local, local_path
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,7 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 ORPHAN_AGE_HOURS = 1
 # Past the exact instant: Delta compares with "<", and clocks are read in whole ms.
 _VACUUM_SLACK_MS = 50
+_DAY_MS = 86_400_000
 
 
 def retention_interval(grace_ms: int) -> str:
@@ -49,11 +52,34 @@ def vacuum_due_ms(removed_ms: int, grace_ms: int) -> int:
     return removed_ms + max(0, grace_ms) + _VACUUM_SLACK_MS
 
 
-def ensure_grace(table: DeltaTable, grace_ms: int) -> None:
-    """Record the grace period in the table when it differs from what the table says."""
-    wanted = retention_interval(grace_ms)
-    if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
-        table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
+def ensure_properties(table: DeltaTable, grace_ms: int) -> None:
+    """Record the grace and the log hygiene (:data:`compactor.lake.layout.LOG_HYGIENE`, with a
+    log retention of at least the grace) where the table says otherwise: tables created before
+    a setting existed, or a grace that changed."""
+    wanted = {**LOG_HYGIENE, RETENTION_PROPERTY: retention_interval(grace_ms)}
+    if grace_ms > _DAY_MS:
+        wanted["delta.logRetentionDuration"] = retention_interval(grace_ms)
+    current = table.metadata().configuration
+    changed = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if changed:
+        table.alter.set_table_properties(changed)
+
+
+def remove_empty_dirs(root: str, deleted: list[str]) -> int:
+    """Remove the local directories (segments, partitions) that ``deleted`` left empty; never
+    the table's root or its ``_delta_log``. Returns how many were removed."""
+    base = os.path.realpath(local_path(root))
+    removed = 0
+    for parent in sorted({os.path.dirname(f) for f in deleted if "/" in f}, reverse=True):
+        path = os.path.realpath(os.path.join(base, parent))
+        while path.startswith(base + os.sep) and "_delta_log" not in path:
+            try:
+                os.rmdir(path)  # refuses a directory that holds anything
+            except OSError:
+                break
+            removed += 1
+            path = os.path.dirname(path)
+    return removed
 
 
 class Vacuum:
@@ -75,12 +101,14 @@ class Vacuum:
                 if info.type != pafs.FileType.NotFound]
 
     def run(self, path: str, grace_ms: int, dry_run: bool = False,
-            orphans_past_grace: bool = False) -> list[str]:
+            orphans_past_grace: bool = False, tidy: bool = False) -> list[str]:
         """Delete removed files past the grace (and old orphans); returns their paths.
 
         ``orphans_past_grace``: also delete orphans older than the grace now. Only safe when
         the caller knows that no commit of any writer to this table is being prepared (its
         files would look like orphans); the service knows it for itself between micro-batches.
+        ``tidy``: also remove the local directories the deleted files left empty (the same
+        condition: a writer in flight could be about to write into one).
         """
         orphan_hours = max(ORPHAN_AGE_HOURS, -(-grace_ms // 3_600_000))
         try:
@@ -106,4 +134,6 @@ class Vacuum:
             raise LakeError(f"vacuum of {path} failed: {exc}") from exc
         if deleted:
             log.info("vacuum %s: deleted %d files", path, len(deleted))
+            if tidy and is_local(path):
+                remove_empty_dirs(path, deleted)
         return deleted

@@ -37,7 +37,7 @@ from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake import operations
-from compactor.lake.layout import ensure_table, open_table, read_table, topic_paths
+from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.segments import read_offsets, read_partition_logs
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ LEDGER_SCHEMA = pa.schema([
 LEDGER_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",
     "delta.enableChangeDataFeed": "false",
+    **LOG_HYGIENE,
 }
 
 

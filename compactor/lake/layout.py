@@ -45,13 +45,26 @@ REJECTED_SCHEMA = pa.schema(
 # Statistics may name these columns only: key and value bytes in the transaction log would
 # outlive every erasure of the data files.
 STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs")
+# Log hygiene for tables that take a commit every micro-batch (86,400 a day at a 1 s
+# trigger): a checkpoint every 100 commits (delta-rs writes it after the commit), and commit
+# files older than the log retention deleted when a checkpoint is written. Our transaction
+# logs hold no key or value bytes (statistics and predicates above), so the retention is about
+# size, not erasure: one day, or the vacuum grace if longer (older versions' data files are
+# vacuumed after the grace, so time travel further back has nothing to read).
+LOG_HYGIENE = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 1 days",
+    "delta.enableExpiredLogCleanup": "true",
+}
 TABLE_PROPERTIES = {
     "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
     "delta.enableChangeDataFeed": "false",
+    **LOG_HYGIENE,
 }
 TABLE_PROPERTIES_LATEST = {
     "delta.dataSkippingStatsColumns": "partition,offset,timestamp",
     "delta.enableChangeDataFeed": "false",
+    **LOG_HYGIENE,
 }
 
 # Delta app transaction ids, one per writer role and Kafka partition; the version is the

@@ -13,7 +13,7 @@ from deltalake.transaction import RemoveAction
 from compactor.cleaner.vacuum import (
     RETENTION_PROPERTY,
     Vacuum,
-    ensure_grace,
+    ensure_properties,
     retention_interval,
     vacuum_due_ms,
 )
@@ -33,7 +33,7 @@ def test_a_removed_file_is_deleted_at_the_instant_the_service_wakes_for_it(
     path = tmp_path / "t"
     write_deltalake(str(path), pa.table({"k": [1, 2, 3]}))
     table = DeltaTable(str(path))
-    ensure_grace(table, grace_ms)
+    ensure_properties(table, grace_ms)
     before = _parquet_files(path)
     table = DeltaTable(str(path))
     removed_ms = int(time.time() * 1000)
@@ -56,3 +56,51 @@ def test_the_retention_property_is_exact() -> None:
     assert retention_interval(2500) == "interval 2500 milliseconds"
     assert retention_interval(3000) == "interval 3 seconds"
     assert retention_interval(0) == "interval 0 milliseconds"
+
+
+@pytest.mark.parametrize("tidy", [True, False])
+def test_vacuum_removes_the_segment_directories_it_emptied(tmp_path, tidy) -> None:
+    path = tmp_path / "log"
+    write_deltalake(str(path), pa.table({"segment": [0, 7], "k": [1, 2]}),
+                    partition_by=["segment"])
+    table = DeltaTable(str(path))
+    ensure_properties(table, 1)
+    table = DeltaTable(str(path))
+    removed = [a for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()
+               if a["path"].startswith("segment=7/")]
+    table.create_write_transaction(
+        [RemoveAction(a["path"], True, int(time.time() * 1000), a["size_bytes"],
+                      {"segment": "7"}) for a in removed], "append", table.schema(),
+        partition_by=["segment"])
+    time.sleep(0.1)  # past the 1 ms grace
+    deleted = Vacuum(LOCAL).run(str(path), 1, tidy=tidy)
+    assert deleted == [removed[0]["path"]]
+    assert (path / "segment=7").exists() is not tidy
+    assert (path / "segment=0").is_dir() and (path / "_delta_log").is_dir()
+
+
+def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
+    """86,400 commits a day at a 1 s trigger: the log must checkpoint and forget."""
+    from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
+
+    path = str(tmp_path / "log")
+    table = ensure_table(path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    props = table.metadata().configuration
+    assert props["delta.checkpointInterval"] == "100"
+    assert props["delta.logRetentionDuration"] == "interval 1 days"
+    assert props["delta.enableExpiredLogCleanup"] == "true"
+    for _ in range(100):
+        table.create_write_transaction([], "append", LOG_SCHEMA,
+                                       partition_by=LOG_PARTITION_COLUMNS)
+    assert [p.name for p in (tmp_path / "log" / "_delta_log").glob("*.checkpoint.parquet")] == [
+        "00000000000000000099.checkpoint.parquet"]  # delta-rs counts versions from 0
+
+    # A table made before these settings gets them at its next vacuum; a grace longer than a
+    # day stretches the log retention with it.
+    old = tmp_path / "old"
+    write_deltalake(str(old), pa.table({"k": [1]}))
+    ensure_properties(DeltaTable(str(old)), 2 * 86_400_000)
+    props = DeltaTable(str(old)).metadata().configuration
+    assert props["delta.logRetentionDuration"] == "interval 172800 seconds"
+    assert props[RETENTION_PROPERTY] == "interval 172800 seconds"
+    assert props["delta.checkpointInterval"] == "100"

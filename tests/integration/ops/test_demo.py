@@ -17,6 +17,14 @@ def test_demo_passes_its_checks_and_draws_the_run(tmp_path) -> None:
          "--users", "3000", "--updates", "30000"],
         capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # The terminal shows the story only: no log line of ours, Spark's or librdkafka's.
+    assert result.stderr == ""
+    log_line = re.compile(r" (DEBUG|INFO|WARN|WARNING|ERROR) |^%\d\|", re.MULTILINE)
+    assert not log_line.search(result.stdout), result.stdout
+    logs = (out / "demo.log").read_text()
+    assert "INFO streaming.query: batch 0:" in logs and "Spark" in logs
+    assert f"logs of Spark, the Kafka clients and the compactor: {out / 'demo.log'}" in (
+        result.stdout)
     checks = re.findall(r"check: .*: (\S+)", result.stdout)
     assert len(checks) == 3 and set(checks) == {"OK"}, result.stdout
     assert re.search(r"erasure ledger: \d+ tombstones, 0 still pending, 0 past", result.stdout)
