@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -9,6 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+# Every JVM the tests start (the session's Spark, each `compactor` subprocess's) compiles with
+# C1 only: the tests' JVMs live seconds, and Spark's start-up is about 15% faster so (7.1 s ->
+# 6.0 s measured). Test setting only; the product leaves the JVM's defaults alone.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:

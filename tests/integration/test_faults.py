@@ -201,7 +201,9 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
     report = Report()
     producer = Producer(broker.bootstrap_servers, topic)
     producer.start()
-    kills = int(os.environ.get("FAULT_KILLS", "6"))  # every aim at least once
+    # Four: every aim once, inside the suite's time budget; FAULT_KILLS=6 or more for a
+    # longer hunt (the README's runs used 6).
+    kills = int(os.environ.get("FAULT_KILLS", "4"))
     try:
         for attempt in range(kills):
             aim = AIMS[attempt % len(AIMS)]
