@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-
 # Every JVM the tests start (the session's Spark, each `compactor` subprocess's) compiles with
 # C1 only: the tests' JVMs live seconds, and Spark's start-up is about 15% faster so (7.1 s ->
 # 6.0 s measured). Test setting only; the product leaves the JVM's defaults alone.
