@@ -10,6 +10,7 @@ from checkpoints.positions import (
     ERASE,
     INGEST,
     LEDGER,
+    REWRITE,
     TABLE,
     UNCLEANABLE,
     WRITER,
@@ -18,6 +19,7 @@ from checkpoints.positions import (
 )
 
 __all__ = [
-    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "TABLE", "UNCLEANABLE",
+    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "REWRITE", "TABLE",
+    "UNCLEANABLE",
     "WRITER", "Position", "query_checkpoint",
 ]

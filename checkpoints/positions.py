@@ -10,6 +10,8 @@ position                where it lives                     its version
 ======================  =================================  ======================================
 ``INGEST``              ``L/T/log`` and ``L/T/rejected``   last Kafka offset appended
 ``CLEANER``             ``L/T/log``                        first dirty offset (Kafka's checkpoint)
+``REWRITE``             ``L/T/log``                        commits of the partition's cleaner
+                                                           tasks so far (a fence)
 ``TABLE``               ``L/T/table``                      last log offset merged
 ``LEDGER``              the erasure ledger table           last log offset whose tombstones
                                                            are recorded
@@ -62,6 +64,9 @@ INGEST = Position("compactor-ingest-{partition}", "L/T/log and L/T/rejected",
                   "last Kafka offset appended")
 CLEANER = Position("compactor-cleaner-{partition}", "L/T/log",
                    "first dirty offset: everything below it is cleaned")
+REWRITE = Position("compactor-rewrite-{partition}", "L/T/log",
+                   "commits of the partition's cleaner tasks so far: a fence, since a segment "
+                   "rewrite moves no checkpoint")
 TABLE = Position("compactor-table-{partition}", "L/T/table", "last log offset merged")
 LEDGER = Position("compactor-ledger-{partition}", "the erasure ledger",
                   "last log offset whose tombstones are recorded")
@@ -73,7 +78,7 @@ UNCLEANABLE = Position("compactor-uncleanable-{partition}", "L/T/log",
 CLEANABLE = Position("compactor-cleanable-{partition}", "L/T/log",
                      "epoch ms when that failure was cleared by a successful pass")
 
-ALL = (INGEST, CLEANER, TABLE, LEDGER, ERASE, WRITER, UNCLEANABLE, CLEANABLE)
+ALL = (INGEST, CLEANER, REWRITE, TABLE, LEDGER, ERASE, WRITER, UNCLEANABLE, CLEANABLE)
 
 
 def query_checkpoint(checkpoint_path: str) -> str:

@@ -7,14 +7,18 @@ Commit protocol of one pass, per partition:
    (:mod:`compactor.erasure.tombstones`); a dry run skips this.
 1. Plan from one snapshot of ``L/T/log``: the cleanable range (ending, at the latest, at the
    first segment holding an offset the readers have not read), the segments retention expires
-   (wholly read ones only), and the cleaner checkpoint C (``compactor-cleaner-<partition>``).
+   (wholly read ones only), the segments to consolidate (:mod:`compactor.cleaner.merge`), the
+   cleaner checkpoint C (``compactor-cleaner-<partition>``) and the fence F
+   (``compactor-rewrite-<partition>``).
 2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
    files and returns the files to remove and add and the new checkpoint C'.
 3. Under the commit lock (no other commit of this process touches the log meanwhile), the
-   table is read again. If its checkpoint is no longer C, another cleaner committed first and
-   this pass's files are abandoned. Otherwise removes, adds and ``(compactor-cleaner-<p>, C')``
-   go in one Delta commit; a concurrent commit carrying the same app id makes delta-rs refuse
-   one of the two, so a double remove never lands.
+   table is read again. If its checkpoint is no longer C or its fence no longer F, another
+   cleaner committed first and this pass's files are abandoned. Otherwise removes, adds,
+   ``(compactor-cleaner-<p>, C')`` and ``(compactor-rewrite-<p>, F + 1)`` go in one Delta
+   commit (consolidation's removes and adds with ``dataChange=false``); a concurrent commit
+   carrying the same app ids makes delta-rs refuse one of the two, and a stale plan finds F
+   moved, so a double remove never lands.
 4. Vacuum deletes removed files past the grace period, and old orphans.
 
 A partition whose task fails is marked uncleanable with its error and skipped by later passes
@@ -32,7 +36,7 @@ from typing import Any
 
 from deltalake.transaction import RemoveAction
 
-from checkpoints import CLEANER
+from checkpoints import CLEANER, REWRITE
 from compactor.cleaner import uncleanable
 from compactor.cleaner.cleanable import (
     CleanableRange,
@@ -40,6 +44,7 @@ from compactor.cleaner.cleanable import (
     cleanable_range,
     cleaning_order,
 )
+from compactor.cleaner.merge import merge_runs
 from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.cleaner.retention import expired_segments
 from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
@@ -105,6 +110,7 @@ class CleaningTotals:
 class _Planned:
     plan: CleanPlan
     checkpoint: int | None
+    fence: int  # the partition's REWRITE position when planned
 
 
 class LogMaintenance:
@@ -217,10 +223,12 @@ class LogMaintenance:
                            if upto is None or s.last_offset <= upto]
                 due = tc.compact and (rng.eligible or (force and rng.cleanable_bytes > 0))
                 skip = (topic, partition) in self.uncleanable and not force
-                if skip or not (due or expired):
+                active = active_segment(plog, tc.roll_ms, now_ms)
+                gone = {s.base_offset for s in expired}
+                runs = [r for r in merge_runs(plog.segments, active) if r.segment not in gone]
+                if skip or not (due or expired or runs):
                     report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
                     continue
-                active = active_segment(plog, tc.roll_ms, now_ms)
                 planned.append((rng, _Planned(CleanPlan(
                     topic=topic, partition=partition, log_path=table.table_uri, range=rng,
                     segments=tuple(s for s in plog.segments if s is not active
@@ -231,8 +239,8 @@ class LogMaintenance:
                     buffer_bytes=cleaner.dedupe_buffer_size // cleaner.threads,
                     load_factor=cleaner.io_buffer_load_factor,
                     io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
-                    storage=self._config.storage,
-                ), plog.cleaner_offset)))
+                    storage=self._config.storage, merge=tuple(runs),
+                ), plog.cleaner_offset, REWRITE.read(table, partition) or 0)))
         order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
         planned.sort(key=lambda item: order.get(id(item[0]), len(order)))
         return [p for _, p in planned]
@@ -296,7 +304,8 @@ class LogMaintenance:
                                    result.error)
             return False
         self.uncleanable.pop(key, None)
-        nothing = not result.removed and not result.added and result.checkpoint == item.checkpoint
+        nothing = (not result.removed and not result.added and not result.merged_from
+                   and result.checkpoint == item.checkpoint)
         if nothing and not uncleanable.is_marked(self._config.storage.table(item.plan.log_path),
                                                  result.partition):
             return False
@@ -307,13 +316,23 @@ class LogMaintenance:
             for f in result.removed
         ]
         actions += [add_action(f, now_ms) for f in result.added]
+        actions += [  # consolidation: the same records in fewer files
+            RemoveAction(f.path, False, now_ms, f.size_bytes,
+                         {"partition": str(f.partition), "segment": str(f.segment)})
+            for f in result.merged_from
+        ]
+        actions += [add_action(f, now_ms, data_change=False) for f in result.merged]
         with self._lock:
             table = self._config.storage.table(item.plan.log_path)
             fencing.check(table, self.generations.get(result.topic))
-            if CLEANER.read(table, result.partition) != item.checkpoint:
+            if (CLEANER.read(table, result.partition) != item.checkpoint
+                    or (REWRITE.read(table, result.partition) or 0) != item.fence):
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
                 return False
-            txns = [CLEANER.moved_to(result.checkpoint, result.partition, now_ms=now_ms)]
+            # The fence moves with every commit of a task: a segment rewrite moves no
+            # checkpoint, and a stale plan would otherwise remove files twice.
+            txns = [CLEANER.moved_to(result.checkpoint, result.partition, now_ms=now_ms),
+                    REWRITE.moved_to(item.fence + 1, result.partition, now_ms=now_ms)]
             if uncleanable.is_marked(table, result.partition):
                 txns.append(uncleanable.clearing(result.partition, now_ms))
             try:
@@ -324,16 +343,17 @@ class LogMaintenance:
             except Exception as exc:
                 log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
                 return False
-        if result.removed:
+        if result.removed or result.merged_from:
             self.note_removed(result.topic, now_ms)
         if result.stats.tombstones_stamped or result.stats.records_dropped:
             self._ledger.record_done(result.topic, "log",
                                      {result.partition: result.checkpoint - 1})
         s = result.stats
         log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
-                 "%d tombstones gone, %d files (%d bytes) written in %.2fs", *key,
-                 result.checkpoint, s.records_dropped, s.tombstones_stamped, s.tombstones_dropped,
-                 len(result.added), s.bytes_written, s.seconds)
+                 "%d tombstones gone, %d files merged into %d, %d files (%d bytes) written in "
+                 "%.2fs", *key, result.checkpoint, s.records_dropped, s.tombstones_stamped,
+                 s.tombstones_dropped, s.files_merged, len(result.merged),
+                 len(result.added) + len(result.merged), s.bytes_written, s.seconds)
         return True
 
     def _vacuum_topic(self, topic: str) -> int:
@@ -376,9 +396,12 @@ def _properties(result: CleanResult, txns: list[Any]) -> Any:
         operation = operations.CLEAN
     elif result.removed:
         operation = operations.RETENTION
+    elif result.merged_from:
+        operation = operations.REWRITE_SEGMENTS
     else:
         operation = operations.CHECKPOINT
     return operations.properties(
         operation, f"{operation.lower()} {result.topic}-{result.partition}: checkpoint "
         f"{result.checkpoint}, {len(result.removed)} files removed, {len(result.added)} added, "
-        f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted", txns)
+        f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted, "
+        f"{s.files_merged} files merged into {len(result.merged)}", txns)

@@ -12,7 +12,10 @@ A pass, given a :class:`CleanPlan` built on the driver from one Delta snapshot:
    whose horizon has passed is dropped. A group in which nothing is dropped or stamped is not
    touched; any other group becomes one new file in the segment of its first member. Offsets,
    timestamps and headers are copied unchanged.
-4. The task returns the files to remove and add and the new checkpoint (``end``); the driver
+4. Consolidation: closed segments of several files (and runs of the active segment's small
+   files) that step 3 left alone are rewritten as one file each, no record changed
+   (:mod:`compactor.cleaner.merge`).
+5. The task returns the files to remove and add and the new checkpoint (``end``); the driver
    commits them in one Delta commit (see :mod:`compactor.cleaner.maintenance`).
 
 Nothing is visible until that commit: a task that dies leaves only unreferenced files, which
@@ -33,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compactor.cleaner.cleanable import CleanableRange
+from compactor.cleaner.merge import MergeRun, merge_run
 from compactor.cleaner.offset_map import OffsetMap, digests
 from compactor.exceptions import LakeError
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
@@ -61,6 +65,7 @@ class CleanPlan:
     io_max_bytes_per_second: float
     now_ms: int
     storage: Storage
+    merge: tuple[MergeRun, ...] = ()  # files to rewrite as one, no record changed
 
 
 @dataclass
@@ -76,6 +81,7 @@ class CleanStats:
     tombstones_stamped: int = 0
     tombstones_dropped: int = 0
     segments_deleted: int = 0
+    files_merged: int = 0  # files rewritten as fewer by segment consolidation
     map_entries: int = 0
     map_capacity: int = 0
     map_full: bool = False
@@ -95,6 +101,9 @@ class CleanResult:
     added: tuple[WrittenFile, ...] = ()
     stats: CleanStats = field(default_factory=CleanStats)
     error: str | None = None
+    # Segment consolidation (compactor.cleaner.merge): the same records in fewer files.
+    merged_from: tuple[DataFile, ...] = ()
+    merged: tuple[WrittenFile, ...] = ()
 
 
 class Throttler:
@@ -243,6 +252,25 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     return files, added
 
 
+def _merge(plan: CleanPlan, removed: set[str], stats: CleanStats,
+           throttle: Throttler) -> tuple[tuple[DataFile, ...], tuple[WrittenFile, ...]]:
+    """Step 4: consolidate the planned runs this pass did not rewrite or expire."""
+    merged_from: list[DataFile] = []
+    merged: list[WrittenFile] = []
+    for run in plan.merge:
+        if any(f.path in removed for f in run.files):
+            continue
+        new = merge_run(plan.log_path, plan.partition, run, plan.storage,
+                        lambda f: _batches(plan, f, None, stats, throttle))
+        merged_from.extend(run.files)
+        stats.files_merged += len(run.files)
+        if new is not None:
+            merged.append(new)
+            stats.bytes_written += new.size
+            stats.record_bytes_written += new.record_bytes
+    return tuple(merged_from), tuple(merged)
+
+
 def clean_partition(plan: CleanPlan) -> CleanResult:
     """Run one pass (steps 1-3); errors come back in the result, not as an exception."""
     started = time.monotonic()
@@ -268,9 +296,10 @@ def clean_partition(plan: CleanPlan) -> CleanResult:
                 removed.extend(gone)
                 if new is not None:
                     added.append(new)
+        merged_from, merged = _merge(plan, {f.path for f in removed}, stats, throttle)
         stats.seconds = time.monotonic() - started
         return CleanResult(plan.topic, plan.partition, max(end, plan.range.first_dirty_offset),
-                           tuple(removed), tuple(added), stats)
+                           tuple(removed), tuple(added), stats, None, merged_from, merged)
     except Exception as exc:
         stats.seconds = time.monotonic() - started
         detail = traceback.format_exception_only(type(exc), exc)[-1].strip()

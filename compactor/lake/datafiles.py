@@ -44,10 +44,12 @@ class WrittenFile:
     modified_ms: int | None = None
 
 
-def add_action(f: WrittenFile, now_ms: int) -> AddAction:
-    """The Delta add action of a written file (its statistics already exclude PII)."""
+def add_action(f: WrittenFile, now_ms: int, data_change: bool = True) -> AddAction:
+    """The Delta add action of a written file (its statistics already exclude PII).
+
+    ``data_change=False`` for a rewrite that changes no record (segment consolidation)."""
     modified = f.modified_ms if f.modified_ms is not None else now_ms
-    return AddAction(f.path, f.size, dict(f.partition_values), modified, True, f.stats)
+    return AddAction(f.path, f.size, dict(f.partition_values), modified, data_change, f.stats)
 
 
 def _iso_ms(ms: int) -> str | None:

@@ -23,6 +23,7 @@ OPERATION_KEY = "compactor.operation"
 INGEST = "INGEST"  # a micro-batch's records appended to the log (or rejected)
 CLEAN = "CLEAN"  # compaction of dirty segments, possibly with retention in the same commit
 RETENTION = "RETENTION"  # whole segments past retention.ms / retention.bytes removed
+REWRITE_SEGMENTS = "REWRITE SEGMENTS"  # a segment's files as one, no record changed
 CHECKPOINT = "CHECKPOINT"  # only the cleaner checkpoint (or an uncleanable mark) moved
 MARK_UNCLEANABLE = "MARK UNCLEANABLE"
 CLAIM_WRITER = "CLAIM WRITER"  # a run took over the log (fencing generation)

@@ -46,6 +46,8 @@ class PartitionStatus:
     # a cleaning pass failed then (compactor.cleaner.uncleanable)
     uncleanable_since_ms: int | None = None
     uncleanable_reason: str | None = None
+    data_files: int = 0  # the log's live files; consolidation keeps a closed segment at one
+    most_files_in_a_closed_segment: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,9 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                 next_forced_cleaning_ms=forced,
                 records=sum(seg.records for seg in plog.segments),
                 size_bytes=sum(seg.size_bytes for seg in plog.segments),
+                data_files=sum(len(seg.files) for seg in plog.segments),
+                most_files_in_a_closed_segment=max(
+                    (len(seg.files) for seg in plog.segments if seg is not active), default=0),
                 uncleanable_since_ms=stuck[partition].since_ms if partition in stuck else None,
                 uncleanable_reason=stuck[partition].reason if partition in stuck else None,
             ))
@@ -165,7 +170,7 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
         if t.deadline_warning:
             lines.append(f"  WARNING: {t.deadline_warning}")
         lines.append(f"  {'part':>4} {'end':>9} {'mirrored':>9} {'lag':>7} {'log':>17} "
-                     f"{'segs':>4} {'dirty from':>10} {'dirty B':>9} {'ratio':>6} "
+                     f"{'segs':>4} {'files':>5} {'dirty from':>10} {'dirty B':>9} {'ratio':>6} "
                      f"{'overdue':>7} {'forced cleaning':>15}")
         for p in t.partitions:
             end = "-" if p.broker_end_offset is None else str(p.broker_end_offset)
@@ -173,7 +178,7 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
             span = f"{p.log_start_offset}..{p.log_end_offset}"
             lines.append(
                 f"  {p.partition:>4} {end:>9} {p.mirrored_offset:>9} {lag_s:>7} {span:>17} "
-                f"{p.segments:>4} {p.first_dirty_offset:>10} {p.dirty_bytes:>9} "
+                f"{p.segments:>4} {p.data_files:>5} {p.first_dirty_offset:>10} {p.dirty_bytes:>9} "
                 f"{p.dirty_ratio:>6.2f} {'YES' if p.overdue else 'no':>7} "
                 f"{_ms(p.next_forced_cleaning_ms, now_ms):>15}")
             if p.uncleanable_since_ms is not None:
