@@ -1,0 +1,318 @@
+"""The soak: does a continuously running mirror stay flat?
+
+    python bench/soak.py --minutes 30 --rate 400     # a steady producer, trigger 1 s
+    python bench/soak.py --preload-files 100000      # a micro-batch over a long history
+
+Continuous mode: the embedded broker, a compacted and a delete-policy topic of 4 partitions
+each, a producer writing ``--rate`` records a second to each (updates of ``--keys`` keys, 1%
+tombstones on the compacted one), and ``compactor run``'s engine with a 1 s trigger, in this
+process. Every ``--sample`` seconds it records each micro-batch's time (Spark's own progress
+reports), the log's data files per partition and per segment, the ``_delta_log`` files of
+each table, the resident memory of the driver, its JVM and Spark's Python workers, and the
+consumer lag. It prints the first 10% of the run against the last 10%.
+
+Preload mode: a log of ``--preload-files`` one-record files (days of micro-batches; the
+broker holds the same offsets), then the mirror with the cleaner off ingests a small batch a
+second over it, against the same over an empty log; it prints a micro-batch's time in both.
+
+Prints figures and ratios, never asserts: it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from workloads import create_topic  # noqa: E402
+
+from checkpoints import INGEST  # noqa: E402
+from compactor.config import build_config  # noqa: E402
+from compactor.ingest.writer import RangeResult, commit_ranges  # noqa: E402
+from compactor.lake.datafiles import write_data_file  # noqa: E402
+from compactor.lake.layout import (  # noqa: E402
+    KAFKA_SCHEMA,
+    LOG_PARTITION_COLUMNS,
+    LOG_SCHEMA,
+    ensure_table,
+    topic_paths,
+)
+from compactor.ops.broker import EmbeddedBroker  # noqa: E402
+from compactor.ops.status import collect_status  # noqa: E402
+from compactor.ops.workload import Record, partition_for, produce  # noqa: E402
+from streaming.service import Service  # noqa: E402
+
+PARTITIONS = 4
+# A data file's columns: the log's, less the partition columns (they are directories).
+LOG_FILE_SCHEMA = pa.schema([f for f in KAFKA_SCHEMA if f.name != "partition"]
+                            + [pa.field("deleteHorizonMs", pa.int64())])
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident memory of this driver, its JVM, and every Python worker under the JVM."""
+    out = {"driver": _rss_kb(os.getpid()) / 1024, "jvm": 0.0, "workers": 0.0}
+    todo = _children(os.getpid())
+    while todo:
+        pid = todo.pop()
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        kind = "jvm" if b"java" in cmd.split(b"\0")[0] else "workers"
+        out[kind] += _rss_kb(pid) / 1024
+        todo += _children(pid)
+    return out
+
+
+def lake_files(lake: Path, topic: str) -> dict[str, float]:
+    from deltalake import DeltaTable
+
+    paths = topic_paths(str(lake), topic)
+    figures: dict[str, float] = {}
+    try:
+        actions = DeltaTable(paths.log).get_add_actions(flatten=True)
+        parts = actions.column("partition.partition").to_pylist()
+        segs = list(zip(parts, actions.column("partition.segment").to_pylist(), strict=True))
+        figures["files"] = len(parts)
+        figures["files/partition"] = len(parts) / max(1, len(set(parts)))
+        per_segment = [segs.count(s) for s in set(segs)]
+        figures["most files/segment"] = max(per_segment, default=0)
+    except Exception:  # not created yet
+        figures["files"] = 0
+    for name in ("log", "table"):
+        log_dir = Path(getattr(paths, name)) / "_delta_log"
+        figures[f"{name} _delta_log files"] = (
+            len(list(log_dir.iterdir())) if log_dir.exists() else 0)
+    return figures
+
+
+class Producer(threading.Thread):
+    """``rate`` records a second to each topic, in 10 batches a second, until stopped."""
+
+    def __init__(self, bootstrap: str, topics: list[str], rate: int, keys: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topics, self.rate, self.keys = bootstrap, topics, rate, keys
+        self.stop = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        i = 0
+        per_tick = max(1, self.rate // 10)
+        while not self.stop.is_set():
+            tick = time.monotonic()
+            for topic in self.topics:
+                records = []
+                for _ in range(per_tick):
+                    key = b"user-%06d" % (i * 7919 % self.keys)
+                    value = None if "compact" in topic and i % 100 == 0 else b"v" * 100
+                    records.append(Record(key, value, partition_for(key, PARTITIONS)))
+                    i += 1
+                produce(self.bootstrap, topic, records)
+                self.sent += len(records)
+            self.stop.wait(max(0.0, 0.1 - (time.monotonic() - tick)))
+
+
+def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
+    return build_config({
+        "bootstrap.servers": broker, "topics": ",".join(topics),
+        "lake.path": str(work / "lake"), "checkpoint.path": str(work / "ckpt"),
+        "trigger.interval.ms": "1000", "spark.master": "local[2]", "spark.ui.enabled": "false",
+        **extra,
+    })
+
+
+def _batch_times(seen: dict[int, float]) -> None:
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    for query in session.streams.active:
+        for p in query.recentProgress:
+            if p.numInputRows:
+                seen[p.batchId] = p.durationMs.get("triggerExecution", 0) / 1000
+
+
+def continuous(args: argparse.Namespace, work: Path) -> None:
+    with EmbeddedBroker(work / "broker.log") as broker:
+        compact, delete = "soak-compact", "soak-delete"
+        create_topic(broker.bootstrap_servers, compact, PARTITIONS, cleanup_policy="compact",
+                     segment_ms=str(args.segment_ms), max_compaction_lag_ms=str(args.max_lag_ms))
+        create_topic(broker.bootstrap_servers, delete, PARTITIONS, cleanup_policy="delete",
+                     segment_ms=str(args.segment_ms), retention_ms=str(args.retention_ms))
+        producer = Producer(broker.bootstrap_servers, [compact, delete], args.rate, args.keys)
+        producer.start()
+        service = Service(_config(broker.bootstrap_servers, work, [compact, delete],
+                                  **{"log.cleaner.backoff.ms": "5000"}))
+        thread = threading.Thread(target=service.run, daemon=True)
+        thread.start()
+        samples: list[dict[str, float]] = []
+        batches: dict[int, float] = {}
+        started = time.monotonic()
+        end = started + args.minutes * 60
+        while time.monotonic() < end and thread.is_alive():
+            time.sleep(args.sample)
+            _batch_times(batches)
+            topics, _ = collect_status(service.config)
+            sample = {"t": time.monotonic() - started,
+                      "lag": float(sum(p.lag or 0 for t in topics for p in t.partitions)),
+                      **{f"{k} MB": v for k, v in memory_mb().items()}}
+            for topic in (compact, delete):
+                sample |= {f"{topic} {k}": v for k, v in lake_files(work / "lake", topic).items()}
+            samples.append(sample)
+            print(f"  {sample['t']:6.0f}s  batches {len(batches):5d}  lag {sample['lag']:7.0f}"
+                  f"  files {sample.get(f'{delete} files', 0):5.0f}/"
+                  f"{sample.get(f'{compact} files', 0):5.0f}  driver "
+                  f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB", flush=True)
+        producer.stop.set()
+        service.request_stop()
+        thread.join(120)
+    _report(samples, batches, producer.sent)
+
+
+def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: int) -> None:
+    n = max(1, len(samples) // 10)
+    first, last = samples[:n], samples[-n:]
+    ids = sorted(batches)
+    k = max(1, len(ids) // 10)
+    t_first = statistics.median(batches[i] for i in ids[:k])
+    t_last = statistics.median(batches[i] for i in ids[-k:])
+    print(f"\n{sent:,} records produced, {len(ids)} micro-batches with data, "
+          f"{len(samples)} samples; first 10% vs last 10% (means of the samples, medians of "
+          "the batch times):")
+    print(f"  {'measure':<40} {'first':>10} {'last':>10} {'last/first':>10}")
+    print(f"  {'micro-batch time, s':<40} {t_first:>10.2f} {t_last:>10.2f} "
+          f"{t_last / t_first:>9.2f}x")
+    for key in samples[-1]:
+        if key == "t":
+            continue
+        a = statistics.fmean(s.get(key, 0) for s in first)
+        b = statistics.fmean(s.get(key, 0) for s in last)
+        ratio = f"{b / a:>9.2f}x" if a else f"{'-':>10}"
+        print(f"  {key:<40} {a:>10.1f} {b:>10.1f} {ratio}")
+
+
+def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
+    """``files`` one-record files, a second apart, in hourly segments of each partition, as a
+    long history of micro-batches would leave them; the broker holds the same offsets."""
+    config = _config(bootstrap, lake.parent, [topic])
+    per_partition = files // PARTITIONS
+    produce(bootstrap, topic, [Record(b"k%d" % o, b"v" * 100, p)
+                               for p in range(PARTITIONS) for o in range(per_partition)])
+    log_path = topic_paths(str(lake), topic).log
+    ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
+    now_ms = int(time.time() * 1000)
+    chunk = 5000
+    for start in range(0, per_partition, chunk):
+        results = []
+        for p in range(PARTITIONS):
+            written = []
+            for o in range(start, min(per_partition, start + chunk)):
+                row = pa.table({
+                    "key": [b"k%d" % o], "value": [b"v" * 100], "topic": [topic],
+                    "offset": [o], "timestamp": [(now_ms - (per_partition - o) * 1000) * 1000],
+                    "timestampType": [0], "headers": [[]], "deleteHorizonMs": [None]},
+                    schema=LOG_FILE_SCHEMA)
+                segment = o - o % 3600
+                written.append(write_data_file(
+                    log_path, f"partition={p}/segment={segment}", row, 103, "log",
+                    {"partition": str(p), "segment": str(segment)}, storage=config.storage))
+            results.append(RangeResult(topic, p, min(per_partition, start + chunk) - 1,
+                                       tuple(written)))
+        commit_ranges(config, results)
+        print(f"  preloaded {min(per_partition, start + chunk) * PARTITIONS:,} files", flush=True)
+
+
+def fixed_cost(args: argparse.Namespace, work: Path) -> None:
+    from deltalake import DeltaTable
+
+    figures = {}
+    with EmbeddedBroker(work / "broker.log") as broker:
+        for name, files in (("empty", 0), ("preloaded", args.preload_files)):
+            topic = f"soak-{name}"
+            create_topic(broker.bootstrap_servers, topic, PARTITIONS, cleanup_policy="delete")
+            home = work / name
+            if files:
+                t0 = time.monotonic()
+                preload(home / "lake", broker.bootstrap_servers, topic, files)
+                log_path = topic_paths(str(home / "lake"), topic).log
+                print(f"  {files:,} files in {time.monotonic() - t0:.0f}s; ingest position of "
+                      f"partition 0: {INGEST.read(DeltaTable(log_path), 0)}")
+            producer = Producer(broker.bootstrap_servers, [topic], args.rate, args.keys)
+            producer.start()
+            service = Service(_config(broker.bootstrap_servers, home, [topic], **{
+                "log.cleaner.enable": "false", "segment.ms": "3600000"}))
+            thread = threading.Thread(target=service.run, daemon=True)
+            thread.start()
+            batches: dict[int, float] = {}
+            end = time.monotonic() + args.fixed_seconds
+            while time.monotonic() < end:
+                time.sleep(2)
+                _batch_times(batches)
+            producer.stop.set()
+            service.request_stop()
+            thread.join(120)
+            steady = [batches[i] for i in sorted(batches)[3:]]  # past the query's warm-up
+            figures[name] = statistics.median(steady) if steady else float("nan")
+            print(f"  {name}: {len(steady)} micro-batches, median {figures[name]:.2f}s")
+    print(f"\na micro-batch over {args.preload_files:,} files: {figures['preloaded']:.2f}s, over "
+          f"an empty log: {figures['empty']:.2f}s, "
+          f"{figures['preloaded'] / figures['empty']:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--rate", type=int, default=400, help="records/s per topic")
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--segment-ms", type=int, default=60_000)
+    parser.add_argument("--retention-ms", type=int, default=300_000)
+    parser.add_argument("--max-lag-ms", type=int, default=120_000)
+    parser.add_argument("--preload-files", type=int, default=0,
+                        help="fixed-cost mode: a log of this many files against an empty one")
+    parser.add_argument("--fixed-seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        if args.preload_files:
+            fixed_cost(args, Path(tmp))
+        else:
+            continuous(args, Path(tmp))
+    os._exit(0)  # skip native teardown (see compactor.cli.main.entry)
+
+
+if __name__ == "__main__":
+    main()
