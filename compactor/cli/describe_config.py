@@ -52,6 +52,8 @@ def command(args: argparse.Namespace) -> int:
         **{k: _redact(k, v) for k, v in sorted(config.spark.items())},
         **{f"lake.storage.{k}": _redact(k, v) for k, v in sorted(config.storage.options.items())},
     }
+    # A value from ${env:...} or ${file:...} is shown as written, never as what it resolved to.
+    pipeline |= {k: v for k, v in config.written.items() if k in pipeline}
     described: dict[str, dict[str, dict[str, object]]] = {}
     for name in topics:
         tc = config.topic(name)

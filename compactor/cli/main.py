@@ -16,11 +16,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from compactor.cli import audit_erasure, clean, demo, describe_config, read, run, status
 from compactor.exceptions import CompactorError
 
 log = logging.getLogger("compactor")
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 EPILOG = """\
 examples:
@@ -39,14 +41,24 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
                         help="verbosity of the logs on stderr (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     for verb in (run, clean, status, describe_config, audit_erasure, read, demo):
         verb.add_parser(sub)
+    for verb_parser in sub.choices.values():  # global flags after the verb too
+        verb_parser.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS,
+                                 help="as before the verb")
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("kafka-lake-compactor")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -118,7 +118,7 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "lake.path": (str.strip, _any, None),
     "checkpoint.path": (str.strip, _any, ""),
     "trigger.interval.ms": (parse_int, at_least(0), 5000),
-    "max.offsets.per.trigger": (parse_int, at_least(1), 0),
+    "max.offsets.per.trigger": (parse_int, at_least(0), 0),  # 0: no limit
     "starting.offsets": (str.strip, _any, "earliest"),
     "fail.on.data.loss": (_bool, _any, True),
     # 0: MERGE the latest-value table after every micro-batch; N: at most every N ms.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,6 +23,7 @@ from compactor.config.keys import (
 )
 from compactor.config.model import CleanerConfig, CompactorConfig, DownstreamTable
 from compactor.config.properties import load_properties
+from compactor.config.providers import resolve_references
 from compactor.config.resolve import resolve_topic
 from compactor.exceptions import ConfigError
 from compactor.lake.storage import REMOTE_SCHEMES, Storage, is_local, scheme
@@ -239,7 +240,12 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
 
 
 def load_config(path: str | Path, overrides: Mapping[str, str] | None = None) -> CompactorConfig:
-    """Read and validate a properties file; ``overrides`` (from the CLI) win over the file."""
+    """Read and validate a properties file; ``overrides`` (from the CLI) win over the file.
+
+    ``${env:NAME}`` and ``${file:PATH}`` references are resolved here, at the boundary
+    (:mod:`compactor.config.providers`); the config keeps them as written for display.
+    """
     raw = load_properties(path)
     raw.update(overrides or {})
-    return build_config(raw)
+    values, written = resolve_references(raw)
+    return replace(build_config(values), written=MappingProxyType(written))

@@ -170,6 +170,9 @@ class CompactorConfig:
     # Typed user-given topic values: "" -> every topic, topic name -> that topic, and
     # "log" -> broker-wide defaults keyed by the topic key they default.
     topic_layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    # Keys whose value in the file was a ${env:...} / ${file:...} reference, as written: what
+    # describe-config shows instead of the secret.
+    written: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def topic(self, name: str) -> TopicConfig:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,10 +18,12 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
         "lake.path": str(tmp_path / "lake"), "delete.retention.ms": "1234",
         f"topic.{topic}.min.compaction.lag.ms": "42", "log.retention.ms": "777",
         "kafka.sasl.password": "hunter2-secret", "kafka.client.id": "mirror-7",
+        "kafka.client.rack": "${env:MIRROR_RACK}",
         "lake.storage.AWS_SECRET_ACCESS_KEY": "hunter2-s3", "lake.storage.AWS_REGION": "eu-west-1"})
+    env = {**os.environ, "MIRROR_RACK": "rack-from-the-environment"}
     result = subprocess.run([sys.executable, "-m", "compactor.cli", "describe-config",
                              "--config", str(conf), "--json"], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "hunter2" not in result.stdout and "hunter2" not in result.stderr
     described = json.loads(result.stdout)
@@ -33,10 +36,14 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert entries["max.compaction.lag.ms"]["source"] == "kafka default"
     assert described["pipeline"]["kafka.sasl.password"] == "[redacted]"
     assert described["pipeline"]["kafka.client.id"] == "mirror-7"
+    # A value from the environment is shown as the reference, never as what it resolved to.
+    assert described["pipeline"]["kafka.client.rack"] == "${env:MIRROR_RACK}"
+    assert "rack-from-the-environment" not in result.stdout + result.stderr
     assert described["pipeline"]["lake.storage.AWS_SECRET_ACCESS_KEY"] == "[redacted]"
     assert described["pipeline"]["lake.storage.AWS_REGION"] == "eu-west-1"
 
     table = subprocess.run([sys.executable, "-m", "compactor.cli", "describe-config",
-                            "--config", str(conf)], capture_output=True, text=True, timeout=120)
+                            "--config", str(conf)], capture_output=True, text=True, timeout=120,
+                           env=env)
     assert table.returncode == 0 and "hunter2" not in table.stdout
     assert "(topic override)" in table.stdout and f"topic {topic}" in table.stdout
