@@ -23,6 +23,7 @@ records never cross into the JVM.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -42,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from compactor.exceptions import DataLossError
+from compactor.kafka.client_config import check_with_librdkafka, translate_java_keys
 from compactor.kafka.offsets import OffsetReader
 from streaming.consumer import consume_range, messages_to_batch
 from streaming.exceptions import KafkaSourceError
@@ -70,6 +72,56 @@ RANGES_SCHEMA = pa.schema([
 ])
 
 
+# Options of Spark's built-in source this one does not implement yet: refused by name at
+# load(), never ignored (an ignored startingTimestamp would start at latest and skip data).
+NOT_YET = {
+    "assign": "list the topics with subscribe (or subscribePattern) instead",
+    "startingtimestamp": "use startingOffsets",
+    "startingoffsetsbytimestamp": "use startingOffsets",
+    "startingoffsetsbytimestampstrategy": "use startingOffsets",
+    "minoffsetspertrigger": "use maxOffsetsPerTrigger, or a longer trigger interval",
+    "maxtriggerdelay": "use maxOffsetsPerTrigger, or a longer trigger interval",
+    "minpartitions": "each Kafka partition is one task",
+    "maxrecordsperpartition": "each Kafka partition is one task; use maxOffsetsPerTrigger",
+    "groupidprefix": "no consumer group is joined; positions live in Spark's checkpoint",
+    "fetchoffset.numretries": "offset requests are retried by the Kafka client itself",
+    "fetchoffset.retryintervalms": "offset requests are retried by the Kafka client itself",
+}
+# Options Spark's source refuses in a streaming query, with its reason.
+STREAMING_REFUSED = {
+    "endingoffsets": "ending offset not valid in streaming queries",
+    "endingoffsetsbytimestamp": "ending timestamp not valid in streaming queries",
+}
+# kafka.* settings that would break the source's guarantees (Spark refuses the first five).
+CLIENT_REFUSED = {
+    "auto.offset.reset": "set the source option startingOffsets to earliest or latest: the "
+    "query, not the consumer, decides where to read, so that no data is missed",
+    "key.deserializer": "keys are bytes; decode them with DataFrame operations",
+    "value.deserializer": "values are bytes; decode them with DataFrame operations",
+    "enable.auto.commit": "positions live in Spark's checkpoint",
+    "interceptor.classes": "interceptors can change records",
+    "enable.partition.eof": "the source needs it to find the end of each range",
+    "enable.auto.offset.store": "positions live in Spark's checkpoint",
+}
+
+
+def _refuse_unsupported(lower: Mapping[str, str], original: Mapping[str, str]) -> None:
+    names = {k.lower(): k for k in original}
+    for key, hint in NOT_YET.items():
+        if key in lower:
+            raise KafkaSourceError(
+                f"option {names[key]}={lower[key]!r} is not supported by the {SHORT_NAME} source "
+                f"(Spark's kafka source has it): {hint}")
+    for key, reason in STREAMING_REFUSED.items():
+        if key in lower:
+            raise KafkaSourceError(f"option {names[key]}={lower[key]!r}: {reason}")
+    for key, reason in CLIENT_REFUSED.items():
+        if f"kafka.{key}" in lower:
+            raise KafkaSourceError(
+                f"Kafka option {names['kafka.' + key]}={lower['kafka.' + key]!r} is not "
+                f"supported: {reason}")
+
+
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     value = str(options.get(name, str(default))).strip().lower()
     if value not in ("true", "false"):
@@ -85,15 +137,17 @@ class SourceOptions:
         lower = {k.lower(): v for k, v in opts.items()}
         if "kafka.bootstrap.servers" not in lower:
             raise KafkaSourceError("option kafka.bootstrap.servers is required")
+        _refuse_unsupported(lower, opts)
         subscribe, pattern = lower.get("subscribe"), lower.get("subscribepattern")
         if (subscribe is None) == (pattern is None):
             raise KafkaSourceError("give exactly one of the options subscribe, subscribePattern")
         self.topics = [t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else None
         self.pattern = pattern
-        self.client_config = {
+        self.client_config = translate_java_keys({
             k[len("kafka."):]: v for k, v in opts.items() if k.lower().startswith("kafka.")
-        }
+        })
         self.client_config.setdefault("isolation.level", "read_committed")
+        check_with_librdkafka(self.client_config)
         self.starting = parse_starting_offsets(lower.get("startingoffsets", "latest"))
         max_offsets = lower.get("maxoffsetspertrigger", "0")
         if not max_offsets.isdigit():
@@ -153,6 +207,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         tps = self._partitions()
         starting = self._opts.starting
+        if isinstance(starting, dict):  # as Spark: specific offsets name every partition
+            missing = [f"{t}-{p}" for t, p in tps if str(p) not in starting.get(t, {})]
+            if missing:
+                raise KafkaSourceError(
+                    f"startingOffsets={json.dumps(starting)} leaves out {', '.join(missing)}: "
+                    "specific offsets must name every subscribed partition (-2 = earliest, "
+                    "-1 = latest)")
         earliest = self._offsets.offsets(tps, "earliest")
         latest = self._offsets.offsets(tps, "latest")
         result: Offsets = {}

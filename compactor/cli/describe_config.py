@@ -6,6 +6,7 @@ import argparse
 import json
 
 from compactor.cli.common import add_config_options, overrides
+from compactor.kafka.client_config import is_secret
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,17 +22,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     describe.set_defaults(func=command)
 
 
-_SECRET = ("password", "secret", "token", "key.pem", "private", "credential",
-           # object storage: AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT_KEY, SAS keys, ...
-           "access_key", "account_key", "sas_key", "service_account_key")
-
-
 def _redact(key: str, value: str) -> str:
     """Secrets never reach stdout: passwords, tokens, private keys, JAAS configs."""
-    lowered = key.lower()
-    if any(word in lowered for word in _SECRET) or "jaas" in lowered:
-        return "[redacted]"
-    return value
+    return "[redacted]" if is_secret(key) else value
 
 
 def command(args: argparse.Namespace) -> int:

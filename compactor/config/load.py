@@ -26,6 +26,7 @@ from compactor.config.properties import load_properties
 from compactor.config.providers import resolve_references
 from compactor.config.resolve import resolve_topic
 from compactor.exceptions import ConfigError
+from compactor.kafka.client_config import check_with_librdkafka, translate_java_keys
 from compactor.lake.storage import REMOTE_SCHEMES, Storage, is_local, scheme
 
 
@@ -208,13 +209,16 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     """Validate a flat key/value mapping (a parsed file plus CLI overrides).
 
     Steps: sort and parse every key (1), broker-wide defaults (2), the pipeline's keys (3),
-    then the file's own topic layers are resolved once, so a conflict between them fails
-    before any broker is contacted.
+    the ``kafka.*`` keys made librdkafka's and checked by it (4), then the file's own topic
+    layers are resolved once, so a conflict between them fails before any broker is
+    contacted.
     """
     keys = _sort_keys(raw)
     keys.layers["log"] = _broker_defaults(keys.broker_raw)
     pipeline = _pipeline(keys.pipeline, keys.layers)
+    keys.kafka = translate_java_keys(keys.kafka)
     keys.kafka.setdefault("isolation.level", "read_committed")
+    check_with_librdkafka(keys.kafka)
     topics = pipeline["topics"]
     config = CompactorConfig(
         bootstrap_servers=pipeline["bootstrap.servers"],

@@ -26,6 +26,11 @@ from tests.integration.helpers import compactor, lake_offsets, write_config
     ({"min.cleanable.dirty.ratio": "2"}, "min.cleanable.dirty.ratio='2': must be between 0 and 1"),
     ({"segment.bytez": "1"},
      "segment.bytez='1': is not a known configuration key (did you mean 'segment.bytes'?)"),
+    ({"kafka.fetch.wait.max.msec": "100"}, "kafka.fetch.wait.max.msec='100': librdkafka "
+     'refuses it: No such configuration property: "fetch.wait.max.msec"'),
+    ({"kafka.ssl.truststore.location": "/etc/kafka/truststore.jks"},
+     "kafka.ssl.truststore.location='/etc/kafka/truststore.jks': is a Java client setting "
+     "librdkafka does not have (use kafka.ssl.ca.location"),
 ])
 def test_bad_config_exits_2_with_one_clear_message(tmp_path, values, expected) -> None:
     conf = write_config(tmp_path / "c.properties", **{

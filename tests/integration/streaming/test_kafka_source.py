@@ -72,3 +72,27 @@ def test_missing_options_fail_with_a_clear_message(spark) -> None:
         spark.readStream.format("pykafka").option("subscribe", "x").load()
     with pytest.raises(Exception, match="exactly one of the options subscribe"):
         spark.readStream.format("pykafka").option("kafka.bootstrap.servers", "h:1").load()
+
+
+def test_a_spark_option_not_implemented_fails_at_load_never_silently(spark, broker) -> None:
+    """Ignored, startingTimestamp would have started at latest and skipped the data."""
+    with pytest.raises(Exception, match="option startingTimestamp='1000' is not supported"):
+        _stream(spark, broker, subscribe="x", startingTimestamp="1000")
+    with pytest.raises(Exception, match="Kafka option kafka.auto.offset.reset='earliest'"):
+        _stream(spark, broker, subscribe="x", **{"kafka.auto.offset.reset": "earliest"})
+
+
+def test_starting_offsets_that_leave_out_a_partition_are_refused(spark, broker, topic_factory,
+                                                                 tmp_path) -> None:
+    topic = topic_factory(2)
+    produce(broker.bootstrap_servers, topic, [Record(b"a", b"1", 0), Record(b"b", b"2", 1)])
+    df = _stream(spark, broker, subscribe=topic, startingOffsets=f'{{"{topic}":{{"0":0}}}}')
+    seen: list[Any] = []
+    query = (df.writeStream.foreachBatch(lambda d, _id: seen.extend(d.collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        with pytest.raises(Exception, match=f"leaves out {topic}-1"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert seen == []  # nothing was read from a half-specified start

@@ -153,8 +153,8 @@ def test_override_for_unmirrored_topic_is_refused() -> None:
 
 
 def test_pass_through_and_defaults() -> None:
-    cfg = config(**{"kafka.security.protocol": "SASL_SSL", "spark.master": "local[2]"})
-    assert cfg.kafka_client_config()["security.protocol"] == "SASL_SSL"
+    cfg = config(**{"kafka.security.protocol": "SSL", "spark.master": "local[2]"})
+    assert cfg.kafka_client_config()["security.protocol"] == "SSL"
     assert cfg.kafka_client_config()["isolation.level"] == "read_committed"
     assert cfg.spark["spark.master"] == "local[2]"
     assert cfg.checkpoint_path == "/l/checkpoints"
