@@ -72,6 +72,37 @@ def rate_limit(ranges: list[OffsetRange], max_records: int) -> list[OffsetRange]
     return out
 
 
+def _pieces(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    step, extra = divmod(r.size, parts)
+    out, begin = [], r.start
+    for i in range(parts):
+        end = begin + step + (1 if i < extra else 0)
+        out.append(OffsetRange(r.topic, r.partition, begin, end))
+        begin = end
+    return out
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int = 1,
+                 max_records: int = 0) -> list[OffsetRange]:
+    """Spark's ``minPartitions`` and ``maxRecordsPerPartition``: more, smaller tasks.
+
+    With fewer non-empty ranges than ``min_partitions``, each is cut into pieces in proportion
+    to its share of the records (at least one); then no piece holds more than ``max_records``
+    (0: no bound). Pieces of one Kafka partition are contiguous and in offset order.
+    """
+    live = [r for r in ranges if r.size > 0]
+    total = sum(r.size for r in live)
+    out: list[OffsetRange] = []
+    for r in live:
+        parts = 1
+        if len(live) < min_partitions and total:
+            parts = max(1, round(r.size / total * min_partitions))
+        if max_records:
+            parts = max(parts, -(-r.size // max_records))
+        out.extend(_pieces(r, min(parts, r.size)))
+    return out
+
+
 def to_offsets(ranges: list[OffsetRange], use_end: bool = True) -> Offsets:
     result: Offsets = {}
     for r in ranges:

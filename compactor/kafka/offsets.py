@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
@@ -19,9 +20,14 @@ class OffsetReader:
     exactly as a consumer with the same isolation level would stop.
     """
 
-    def __init__(self, client_config: Mapping[str, str], timeout_s: float = 30.0) -> None:
+    def __init__(self, client_config: Mapping[str, str], timeout_s: float = 30.0,
+                 retries: int = 0, retry_interval_ms: int = 1000) -> None:
         self._admin = admin_client(client_config)
         self._timeout = timeout_s
+        # Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset requests are
+        # tried again this many times before the error stands.
+        self._retries = retries
+        self._retry_interval_s = retry_interval_ms / 1000
         self._isolation = (
             IsolationLevel.READ_UNCOMMITTED
             if client_config.get("isolation.level") == "read_uncommitted"
@@ -53,13 +59,18 @@ class OffsetReader:
             return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         request = {TopicPartition(t, p): spec for t, p in tps}
-        try:
-            futures = self._admin.list_offsets(
-                request, isolation_level=self._isolation, request_timeout=self._timeout
-            )
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"cannot list {which} offsets at {self._servers}: {exc.args[0]}"
-            ) from exc
+        for attempt in range(self._retries + 1):
+            try:
+                futures = self._admin.list_offsets(
+                    request, isolation_level=self._isolation, request_timeout=self._timeout
+                )
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except KafkaException as exc:
+                if attempt == self._retries:
+                    raise BrokerUnavailableError(
+                        f"cannot list {which} offsets at {self._servers}: {exc.args[0]}"
+                        + (f" (after {attempt + 1} attempts)" if attempt else "")
+                    ) from exc
+                time.sleep(self._retry_interval_s)
+        raise AssertionError("unreachable")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -70,7 +71,7 @@ def test_pattern_subscription_picks_up_new_partitions(spark, broker, topic_facto
 def test_missing_options_fail_with_a_clear_message(spark) -> None:
     with pytest.raises(Exception, match="kafka.bootstrap.servers is required"):
         spark.readStream.format("pykafka").option("subscribe", "x").load()
-    with pytest.raises(Exception, match="exactly one of the options subscribe"):
+    with pytest.raises(Exception, match="exactly one of the options assign, subscribe"):
         spark.readStream.format("pykafka").option("kafka.bootstrap.servers", "h:1").load()
 
 
@@ -96,3 +97,83 @@ def test_starting_offsets_that_leave_out_a_partition_are_refused(spark, broker, 
     finally:
         query.stop()
     assert seen == []  # nothing was read from a half-specified start
+
+
+def _read(spark: Any, broker: Any, **options: str) -> Any:
+    reader = spark.read.format("pykafka").option(
+        "kafka.bootstrap.servers", broker.bootstrap_servers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_between_starting_and_ending_offsets(spark, broker, topic_factory) -> None:
+    topic = topic_factory(2)
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"k%d" % i, b"v%d" % i, i % 2) for i in range(20)])
+    df = _read(spark, broker, subscribe=topic,
+               startingOffsets=f'{{"{topic}":{{"0":2,"1":-2}}}}',
+               endingOffsets=f'{{"{topic}":{{"0":5,"1":-1}}}}')
+    got = sorted((r.partition, r.offset) for r in df.collect())
+    assert got == [(0, 2), (0, 3), (0, 4)] + [(1, o) for o in range(10)]
+    everything = _read(spark, broker, subscribe=topic)  # Spark's defaults: earliest to latest
+    assert everything.count() == 20
+
+
+def test_assign_reads_only_the_assigned_partitions(spark, broker, topic_factory) -> None:
+    topic = topic_factory(3)
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"k%d" % i, b"v", i % 3) for i in range(30)])
+    df = _read(spark, broker, assign=f'{{"{topic}":[0,2]}}')
+    assert sorted({r.partition for r in df.collect()}) == [0, 2] and df.count() == 20
+
+
+def test_min_partitions_and_max_records_per_partition_split_a_range(spark, broker,
+                                                                    topic_factory) -> None:
+    topic = topic_factory(1)
+    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", 0) for i in range(100)])
+    split = _read(spark, broker, subscribe=topic, minPartitions="4")
+    assert split.rdd.getNumPartitions() == 4
+    assert sorted(r.offset for r in split.collect()) == list(range(100))  # each record once
+    capped = _read(spark, broker, subscribe=topic, maxRecordsPerPartition="30")
+    assert capped.rdd.getNumPartitions() == 4 and capped.count() == 100
+
+
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, broker, topic_factory,
+                                                                 tmp_path) -> None:
+    topic = topic_factory(1)
+    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", 0) for i in range(3)])
+    df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest",
+                 minOffsetsPerTrigger="10", maxTriggerDelay="4s")
+    batches: list[tuple[float, int]] = []  # non-empty micro-batches: (when, records)
+    started = time.monotonic()
+
+    def keep(d: Any, _id: int) -> None:
+        count = d.count()
+        if count:
+            batches.append((time.monotonic(), count))
+
+    query = (df.writeStream.foreachBatch(keep)
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: batches, 60, "the first micro-batch")
+        # 3 records < minOffsetsPerTrigger: held back until maxTriggerDelay passed.
+        assert batches[0][1] == 3 and batches[0][0] - started >= 4
+        produce(broker.bootstrap_servers, topic,
+                [Record(b"m%d" % i, b"v", 0) for i in range(12)])
+        produced = time.monotonic()
+        wait_until(lambda: sum(n for _, n in batches) == 15, 60, "the next 12 records")
+        assert batches[-1][0] - produced < 4  # enough records: no waiting for the delay
+    finally:
+        query.stop()
+
+
+def test_fetch_offset_retries_are_spent_before_the_error(tmp_path) -> None:
+    from compactor.exceptions import BrokerUnavailableError
+    from compactor.kafka.offsets import OffsetReader
+
+    reader = OffsetReader({"bootstrap.servers": "127.0.0.1:1"}, timeout_s=0.5, retries=2,
+                          retry_interval_ms=10)
+    with pytest.raises(BrokerUnavailableError, match="after 3 attempts"):
+        reader.offsets([("t", 0)], "latest")

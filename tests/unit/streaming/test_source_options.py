@@ -5,21 +5,18 @@ from __future__ import annotations
 import pytest
 
 from streaming.exceptions import KafkaSourceError
-from streaming.kafka_source import CLIENT_REFUSED, NOT_YET, SourceOptions
+from streaming.offsets import OffsetRange, split_ranges
+from streaming.source_options import CLIENT_REFUSED, NOT_YET, SourceOptions
 
 BASE = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
 SPARK_NAMES = {  # Spark's own spelling, as users write it
-    "assign": '{"t":[0]}', "startingTimestamp": "1000",
-    "startingOffsetsByTimestamp": '{"t":{"0":1000}}',
-    "startingOffsetsByTimestampStrategy": "latest", "minOffsetsPerTrigger": "10",
-    "maxTriggerDelay": "5m", "minPartitions": "4", "maxRecordsPerPartition": "100",
-    "groupIdPrefix": "mirror", "fetchOffset.numRetries": "3",
-    "fetchOffset.retryIntervalMs": "10",
+    "startingTimestamp": "1000", "startingOffsetsByTimestamp": '{"t":{"0":1000}}',
+    "startingOffsetsByTimestampStrategy": "latest", "endingTimestamp": "2000",
 }
 
 
 def test_every_not_yet_option_is_listed_in_spark_spelling() -> None:
-    assert {k.lower() for k in SPARK_NAMES} == set(NOT_YET)
+    assert set(SPARK_NAMES) == set(NOT_YET)
 
 
 @pytest.mark.parametrize(("name", "value"), sorted(SPARK_NAMES.items()))
@@ -45,6 +42,48 @@ def test_client_settings_that_break_the_guarantees_are_refused(key) -> None:
 def test_implemented_options_are_accepted() -> None:
     opts = SourceOptions({**BASE, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "5",
                           "failOnDataLoss": "false", "includeHeaders": "true",
-                          "kafkaConsumer.pollTimeoutMs": "1000", "kafka.client.id": "x"})
+                          "kafkaConsumer.pollTimeoutMs": "1000", "kafka.client.id": "x",
+                          "minOffsetsPerTrigger": "2", "maxTriggerDelay": "30s",
+                          "minPartitions": "8", "maxRecordsPerPartition": "100",
+                          "groupIdPrefix": "mine", "fetchOffset.numRetries": "5",
+                          "fetchOffset.retryIntervalMs": "10"})
     assert (opts.max_offsets, opts.fail_on_data_loss, opts.include_headers) == (5, False, True)
-    assert opts.client_config["client.id"] == "x"
+    assert opts.client_config["client.id"] == "x" and opts.client_config["group.id"] == "mine"
+    assert (opts.min_offsets, opts.max_trigger_delay_ms) == (2, 30_000)
+    assert (opts.min_partitions, opts.max_records_per_partition) == (8, 100)
+    assert (opts.fetch_retries, opts.fetch_retry_interval_ms) == (5, 10)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "is higher than"),
+    ({"minPartitions": "0"}, "must be a positive whole number"),
+    ({"maxTriggerDelay": "soon"}, "must be a duration"),
+    ({"assign": '{"t":[0]}'}, "exactly one of the options assign, subscribe"),
+    ({"subscribe": " , "}, "names no topic"),
+])
+def test_bad_values_name_the_option(extra, message) -> None:
+    with pytest.raises(KafkaSourceError, match=message):
+        SourceOptions({**BASE, **extra})
+
+
+def test_assign_and_batch_bounds() -> None:
+    opts = SourceOptions({"kafka.bootstrap.servers": "b:1", "assign": '{"a":[1,0],"b":[2]}'})
+    assert opts.assigned == [("a", 0), ("a", 1), ("b", 2)] and opts.topics is None
+    batch = SourceOptions(BASE, streaming=False)
+    assert (batch.starting, batch.ending) == ("earliest", "latest")  # Spark's batch defaults
+    with pytest.raises(KafkaSourceError, match="cannot start at latest"):
+        SourceOptions({**BASE, "startingOffsets": "latest"}, streaming=False)
+    with pytest.raises(KafkaSourceError, match="cannot end at earliest"):
+        SourceOptions({**BASE, "endingOffsets": "earliest"}, streaming=False)
+    SourceOptions({**BASE, "endingOffsets": "latest"}, streaming=None)  # load(): not yet known
+
+
+def test_split_ranges_as_spark_does() -> None:
+    ranges = [OffsetRange("t", 0, 0, 90), OffsetRange("t", 1, 10, 20), OffsetRange("t", 2, 5, 5)]
+    split = split_ranges(ranges, min_partitions=10)
+    assert [(r.partition, r.start, r.end) for r in split if r.partition == 1] == [(1, 10, 20)]
+    zero = [r for r in split if r.partition == 0]
+    assert len(zero) == 9 and zero[0].start == 0 and zero[-1].end == 90
+    assert all(a.end == b.start for a, b in zip(zero, zero[1:], strict=False))
+    assert [r.size for r in split_ranges(ranges, max_records=40)] == [30, 30, 30, 10]
+    assert split_ranges(ranges) == ranges[:2]  # empty ranges are dropped, nothing else
