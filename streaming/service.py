@@ -32,6 +32,7 @@ from compactor.cleaner.maintenance import LogMaintenance, PassReport
 from compactor.config import CompactorConfig, resolve_config
 from compactor.erasure.downstream import check_downstream
 from compactor.exceptions import CompactorError
+from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
@@ -99,6 +100,8 @@ class Service:
         finally:
             if query.isActive:
                 query.stop()
+            if run.group is not None:
+                run.group.close()
         run.summary.seconds = time.monotonic() - started
         return run.summary
 
@@ -140,8 +143,14 @@ class Service:
             mirror.table_hooks.append(cleaner.note_removed)
         progress = IngestProgress(lambda: broker_end_offsets(self.config))
         mirror.listeners.append(progress.on_batch)
+        group = None
+        if self.config.commit_offsets:
+            group = GroupCommitter(self.config)
+            mirror.listeners.append(group.on_batch)
+            log.info("committing the mirrored offsets to consumer group %s (for lag tools)",
+                     group.group_id)
         return _Run(self.config, mirror, cleaner, metrics, on_pass,
-                    RunSummary(ingest=mirror.totals))
+                    RunSummary(ingest=mirror.totals), group)
 
     def _recover(self, mirror: Any) -> None:
         """Step 2: repair what a crash left behind: a table behind its log, lost done events."""
@@ -193,6 +202,7 @@ class _Run:
     metrics: Any  # compactor.ops.metrics.Metrics when metrics.port is set
     on_pass: Callable[[PassReport], None] | None
     summary: RunSummary
+    group: GroupCommitter | None = None
 
     @property
     def backoff_s(self) -> float:

@@ -41,6 +41,7 @@ def command(args: argparse.Namespace) -> int:
         "fail.on.data.loss": config.fail_on_data_loss,
         "table.merge.interval.ms": config.table_merge_interval_ms,
         "metrics.port": config.metrics_port,
+        "commit.offsets": config.commit_offsets, "group.id": config.group_id,
         **{f"kafka.{k}": _redact(k, v) for k, v in sorted(config.kafka.items())},
         **{k: _redact(k, v) for k, v in sorted(config.spark.items())},
         **{f"lake.storage.{k}": _redact(k, v) for k, v in sorted(config.storage.options.items())},

@@ -125,6 +125,11 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "table.merge.interval.ms": (parse_int, at_least(0), 0),
     # Prometheus metrics of 'compactor run' on this port (0 = off).
     "metrics.port": (parse_int, _between(0, 65535), 0),
+    # Commit the mirrored offsets to a consumer group after each lake commit, so that lag
+    # tools see the mirror (monitoring only: the lake holds the positions).
+    "commit.offsets": (_bool, _any, True),
+    # That group; empty: compactor-<lake directory>-<hash of the lake path>.
+    "group.id": (str.strip, _any, ""),
 }
 _BROKER_ONLY = {k for aliases in BROKER_ALIASES.values() for k, _ in aliases}
 KNOWN_KEYS = frozenset(

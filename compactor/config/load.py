@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -111,6 +112,12 @@ class _Sorted:
     # "" -> every topic, a topic name -> that topic, "log" -> broker-wide defaults
     layers: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}, "log": {}})
     broker_raw: dict[str, str] = field(default_factory=dict)
+
+
+def _group_for(lake: str) -> str:
+    """The mirror's consumer group by default: named after its lake, unique per lake path."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", lake.rstrip("/").rsplit("/", 1)[-1]) or "lake"
+    return f"compactor-{name}-{hashlib.sha256(lake.encode()).hexdigest()[:8]}"
 
 
 def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
@@ -231,6 +238,8 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         fail_on_data_loss=pipeline["fail.on.data.loss"],
         table_merge_interval_ms=pipeline["table.merge.interval.ms"],
         metrics_port=pipeline["metrics.port"],
+        commit_offsets=pipeline["commit.offsets"],
+        group_id=pipeline["group.id"] or _group_for(pipeline["lake.path"]),
         kafka=MappingProxyType(keys.kafka),
         spark=MappingProxyType(keys.spark),
         storage=Storage(MappingProxyType(keys.storage)),

@@ -161,6 +161,8 @@ class CompactorConfig:
     fail_on_data_loss: bool = True
     table_merge_interval_ms: int = 0
     metrics_port: int = 0
+    commit_offsets: bool = True  # to the consumer group group_id, for lag tools
+    group_id: str = ""
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     storage: Storage = LOCAL  # lake.storage.*: delta-rs storage options for remote lakes
