@@ -12,12 +12,15 @@ from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 
 
-def _stream(spark: Any, broker: Any, **options: str) -> Any:
-    reader = spark.readStream.format("pykafka").option(
-        "kafka.bootstrap.servers", broker.bootstrap_servers)
+def _load(reader: Any, broker: Any, options: dict[str, str]) -> Any:
+    reader = reader.format("pykafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def _stream(spark: Any, broker: Any, **options: str) -> Any:
+    return _load(spark.readStream, broker, options)
 
 
 def test_schema_headers_and_admission_control(spark, broker, topic_factory, tmp_path) -> None:
@@ -100,11 +103,7 @@ def test_starting_offsets_that_leave_out_a_partition_are_refused(spark, broker, 
 
 
 def _read(spark: Any, broker: Any, **options: str) -> Any:
-    reader = spark.read.format("pykafka").option(
-        "kafka.bootstrap.servers", broker.bootstrap_servers)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return _load(spark.read, broker, options)
 
 
 def test_batch_read_between_starting_and_ending_offsets(spark, broker, topic_factory) -> None:
