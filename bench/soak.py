@@ -154,9 +154,8 @@ def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
 def _batch_times(seen: dict[int, float]) -> None:
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
-    if session is None:
-        return
+    # The engine runs in another thread; the active session is per thread, the default is not.
+    session = SparkSession.builder.getOrCreate()
     for query in session.streams.active:
         for p in query.recentProgress:
             if p.numInputRows:
