@@ -59,7 +59,7 @@ from compactor.lake.layout import (
     open_table,
     topic_paths,
 )
-from compactor.lake.segments import read_partition_logs
+from compactor.lake.segments import DataFile, read_partition_logs
 
 log = logging.getLogger(__name__)
 
@@ -310,17 +310,14 @@ class LogMaintenance:
                                                  result.partition):
             return False
         now_ms = int(time.time() * 1000)
-        actions: list[Any] = [
-            RemoveAction(f.path, True, now_ms, f.size_bytes,
-                         {"partition": str(f.partition), "segment": str(f.segment)})
-            for f in result.removed
-        ]
+        def remove(f: DataFile, data_change: bool) -> RemoveAction:
+            return RemoveAction(f.path, data_change, now_ms, f.size_bytes,
+                                {"partition": str(f.partition), "segment": str(f.segment)})
+
+        actions: list[Any] = [remove(f, True) for f in result.removed]
         actions += [add_action(f, now_ms) for f in result.added]
-        actions += [  # consolidation: the same records in fewer files
-            RemoveAction(f.path, False, now_ms, f.size_bytes,
-                         {"partition": str(f.partition), "segment": str(f.segment)})
-            for f in result.merged_from
-        ]
+        # consolidation: the same records in fewer files, marked as no data change
+        actions += [remove(f, False) for f in result.merged_from]
         actions += [add_action(f, now_ms, data_change=False) for f in result.merged]
         with self._lock:
             table = self._config.storage.table(item.plan.log_path)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from compactor.cli.common import add_config_options, overrides
-from compactor.kafka.client_config import is_secret
+from compactor.kafka.client_config import redacted
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,11 +20,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     describe.add_argument("--topic", action="append", metavar="TOPIC",
                           help="only this topic (repeat for several)")
     describe.set_defaults(func=command)
-
-
-def _redact(key: str, value: str) -> str:
-    """Secrets never reach stdout: passwords, tokens, private keys, JAAS configs."""
-    return "[redacted]" if is_secret(key) else value
 
 
 def command(args: argparse.Namespace) -> int:
@@ -42,9 +37,9 @@ def command(args: argparse.Namespace) -> int:
         "table.merge.interval.ms": config.table_merge_interval_ms,
         "metrics.port": config.metrics_port,
         "commit.offsets": config.commit_offsets, "group.id": config.group_id,
-        **{f"kafka.{k}": _redact(k, v) for k, v in sorted(config.kafka.items())},
-        **{k: _redact(k, v) for k, v in sorted(config.spark.items())},
-        **{f"lake.storage.{k}": _redact(k, v) for k, v in sorted(config.storage.options.items())},
+        **{f"kafka.{k}": redacted(k, v) for k, v in sorted(config.kafka.items())},
+        **{k: redacted(k, v) for k, v in sorted(config.spark.items())},
+        **{f"lake.storage.{k}": redacted(k, v) for k, v in sorted(config.storage.options.items())},
     }
     # A value from ${env:...} or ${file:...} is shown as written, never as what it resolved to.
     pipeline |= {k: v for k, v in config.written.items() if k in pipeline}

@@ -50,7 +50,8 @@ def is_secret(key: str) -> bool:
     return any(word in lowered for word in SECRET_WORDS)
 
 
-def _shown(key: str, value: str) -> str:
+def redacted(key: str, value: str) -> str:
+    """What may be printed of ``key``'s value: the value, or ``[redacted]`` for a secret."""
     return "[redacted]" if is_secret(key) else value
 
 
@@ -80,7 +81,7 @@ def translate_java_keys(conf: Mapping[str, str]) -> dict[str, str]:
     out = dict(conf)
     for key, use in JAVA_ONLY.items():
         if key in out:
-            raise ConfigError(f"kafka.{key}", _shown(key, out[key]),
+            raise ConfigError(f"kafka.{key}", redacted(key, out[key]),
                               "is a Java client setting librdkafka does not have", f"use {use}")
     jaas = out.pop("sasl.jaas.config", None)
     if jaas is not None:
@@ -113,6 +114,6 @@ def check_with_librdkafka(conf: Mapping[str, str]) -> None:
             settings = {key: "GSSAPI (librdkafka's default)", **settings}
         reason = text.removeprefix("Failed to create consumer: ")
         raise ConfigError(f"kafka.{key}" if key else "kafka.*",
-                          _shown(key, settings[key]) if key else "(see the rule)",
+                          redacted(key, settings[key]) if key else "(see the rule)",
                           f"librdkafka refuses it: {reason}",
                           "see librdkafka's CONFIGURATION.md for the keys it knows") from None
