@@ -16,10 +16,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from compactor.cli import audit_erasure, clean, demo, describe_config, read, run, status
 from compactor.exceptions import CompactorError
+from compactor.ops.metrics import installed_version
 
 log = logging.getLogger("compactor")
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {installed_version('kafka-lake-compactor')}")
     parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS,
                         help="verbosity of the logs on stderr (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -52,13 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
         verb_parser.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS,
                                  help="as before the verb")
     return parser
-
-
-def _version() -> str:
-    try:
-        return version("kafka-lake-compactor")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,7 +38,8 @@ from compactor.ops.status import collect_status
 _LAG_EVERY_S = 5.0
 
 
-def _version(dist: str) -> str:
+def installed_version(dist: str) -> str:
+    """The installed version of distribution ``dist``; "unknown" from a bare source tree."""
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -107,9 +108,11 @@ class Metrics:
             self.missed_total.labels(topic)  # shown as 0 from the start
         Info("compactor_build", "Versions of this compactor and what it runs on.",
              registry=r).info({
-                 "version": _version("kafka-lake-compactor"), "python": platform.python_version(),
-                 "pyspark": _version("pyspark"), "deltalake": _version("deltalake"),
-                 "confluent_kafka": _version("confluent-kafka")})
+                 "version": installed_version("kafka-lake-compactor"),
+                 "python": platform.python_version(),
+                 "pyspark": installed_version("pyspark"),
+                 "deltalake": installed_version("deltalake"),
+                 "confluent_kafka": installed_version("confluent-kafka")})
         ProcessCollector(registry=r)  # process_* (memory, CPU, open fds): empty off Linux
         PlatformCollector(registry=r)  # python_info
         GCCollector(registry=r)  # python_gc_*
