@@ -186,6 +186,9 @@ class Mirror:
             .option("startingOffsets", starting_offsets(cfg))
             .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
             .option("compactor.ranges", "true")
+            # The mirror's own bound on a frozen broker (exit 3 after one 30 s offset request,
+            # as before fetchOffset.* existed), not Spark's default of 3 retries.
+            .option("fetchOffset.numRetries", "0")
         )
         for key, value in cfg.kafka.items():
             reader = reader.option(f"kafka.{key}", value)
