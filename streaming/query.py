@@ -27,8 +27,8 @@ from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges
 from compactor.kafka.offsets import OffsetReader
 from compactor.lake.latest import catch_up
-from compactor.lake.layout import open_table, topic_paths
-from compactor.lake.segments import read_partition_logs
+from compactor.lake.layout import topic_paths
+from compactor.lake.log_state import log_view
 from streaming import exceptions as streaming_errors
 from streaming.consumer import write_range
 from streaming.exceptions import StreamingError
@@ -50,10 +50,10 @@ def starting_offsets(config: CompactorConfig) -> str:
     for topic, partition in reader.partitions(list(config.topics), None):
         offsets.setdefault(topic, {})[str(partition)] = default
     for topic in config.topics:
-        table = open_table(topic_paths(config.lake_path, topic).log, config.storage)
-        if table is None:
+        view = log_view(topic_paths(config.lake_path, topic).log, config.storage)
+        if view is None:
             continue
-        for partition, plog in read_partition_logs(table).items():
+        for partition, plog in view.partitions.items():
             if plog.committed_offset is not None:
                 offsets.setdefault(topic, {})[str(partition)] = plog.committed_offset + 1
     return json.dumps(offsets)

@@ -59,7 +59,8 @@ from compactor.lake.layout import (
     open_table,
     topic_paths,
 )
-from compactor.lake.segments import DataFile, read_partition_logs
+from compactor.lake.log_state import log_view
+from compactor.lake.segments import DataFile
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +156,11 @@ class LogMaintenance:
             tc = self._config.topic(topic)
             if not tc.compact:
                 continue
-            table = open_table(topic_paths(self._config.lake_path, topic).log,
-                               self._config.storage)
-            if table is None:
+            view = log_view(topic_paths(self._config.lake_path, topic).log,
+                            self._config.storage)
+            if view is None:
                 continue
-            for plog in read_partition_logs(table).values():
+            for plog in view.partitions.values():
                 active = active_segment(plog, tc.roll_ms, now)
                 if active is not None and tc.erasure_deadline:
                     due.append(active.roll_deadline_ms(tc.roll_ms) + 1)
@@ -206,16 +207,16 @@ class LogMaintenance:
                 if carried is None:
                     continue
             read_upto = carried.read_upto if carried is not None else None
-            table = open_table(topic_paths(self._config.lake_path, topic).log,
-                               self._config.storage)
-            if table is None:
+            view = log_view(topic_paths(self._config.lake_path, topic).log,
+                            self._config.storage)
+            if view is None:
                 continue
-            for partition, plog in read_partition_logs(table).items():
+            for partition, plog in view.partitions.items():
                 upto = None if read_upto is None else read_upto.get(partition, -1)
                 rng = cleanable_range(plog, tc, now_ms, upto)
                 if carried is not None and partition in carried.failed:
                     if (topic, partition) not in self.uncleanable or force:
-                        self._mark_uncleanable(topic, partition, table.table_uri,
+                        self._mark_uncleanable(topic, partition, view.uri,
                                                carried.failed[partition])
                     report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
                     continue
@@ -230,7 +231,7 @@ class LogMaintenance:
                     report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
                     continue
                 planned.append((rng, _Planned(CleanPlan(
-                    topic=topic, partition=partition, log_path=table.table_uri, range=rng,
+                    topic=topic, partition=partition, log_path=view.uri, range=rng,
                     segments=tuple(s for s in plog.segments if s is not active
                                    and s.base_offset < rng.first_uncleanable_offset),
                     expired=tuple(s.base_offset for s in expired),
@@ -240,7 +241,7 @@ class LogMaintenance:
                     load_factor=cleaner.io_buffer_load_factor,
                     io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
                     storage=self._config.storage, merge=tuple(runs),
-                ), plog.cleaner_offset, REWRITE.read(table, partition) or 0)))
+                ), plog.cleaner_offset, view.rewrites.get(partition, 0))))
         order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
         planned.sort(key=lambda item: order.get(id(item[0]), len(order)))
         return [p for _, p in planned]

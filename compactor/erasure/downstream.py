@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from checkpoints import ERASE
@@ -34,7 +33,8 @@ from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
 from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
-from compactor.lake.segments import PartitionLog, read_offsets, read_partition_logs
+from compactor.lake.log_state import LogView, log_view
+from compactor.lake.segments import PartitionLog, read_offsets
 
 log = logging.getLogger(__name__)
 
@@ -106,21 +106,18 @@ class DownstreamEraser:
     # (table name, partition) -> why its tombstones could not be read at the last catch-up
     failed: dict[tuple[str, int], str] = field(default_factory=dict)
 
-    def catch_up(self, topic: str,
-                 log_table: DeltaTable | None = None) -> dict[str, dict[int, int]]:
+    def catch_up(self, topic: str, view: LogView | None = None) -> dict[str, dict[int, int]]:
         """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
-        the last log offset it finished for each partition. ``log_table``: the snapshot of
-        the log to read, when the caller has opened one."""
+        the last log offset it finished for each partition. ``view``: the version of the log
+        to read, when the caller has one."""
         targets = [d for d in self.config.downstream if d.topic == topic]
-        if targets and log_table is None:
-            log_table = open_table(topic_paths(self.config.lake_path, topic).log,
-                                   self.config.storage)
-        if not targets or log_table is None:
+        if targets and view is None:
+            view = log_view(topic_paths(self.config.lake_path, topic).log, self.config.storage)
+        if not targets or view is None:
             return {}
-        logs = read_partition_logs(log_table)
         finished: dict[str, dict[int, int]] = {}
         for d in targets:
-            upto = self._apply(d, log_table.table_uri, logs)
+            upto = self._apply(d, view.uri, view.partitions)
             if upto:
                 finished[d.name] = upto
         return finished

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
@@ -38,7 +38,8 @@ from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
-from compactor.lake.segments import read_offsets, read_partition_logs
+from compactor.lake.log_state import LogView, log_view
+from compactor.lake.segments import read_offsets
 
 log = logging.getLogger(__name__)
 
@@ -112,22 +113,22 @@ class ErasureLedger:
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
 
-    def record_tombstones(self, topic: str, log_table: DeltaTable | None = None) -> int:
+    def record_tombstones(self, topic: str, view: LogView | None = None) -> int:
         """Append the tombstones the log committed since the last scan; returns how many.
-        ``log_table``: the snapshot of the log to read, when the caller has opened one."""
-        if log_table is None:
-            log_table = open_table(topic_paths(self._config.lake_path, topic).log,
-                                   self._config.storage)
-        if log_table is None:
+        ``view``: the version of the log to read, when the caller has one."""
+        if view is None:
+            view = log_view(topic_paths(self._config.lake_path, topic).log,
+                           self._config.storage)
+        if view is None:
             return 0
         ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
                               storage=self._config.storage)
-        salt = str(log_table.metadata().id).encode()
+        salt = view.table_id.encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
         found: list[tuple[int, int, bytes, int]] = []
         moved: dict[int, int] = {}
-        for partition, plog in read_partition_logs(log_table).items():
+        for partition, plog in view.partitions.items():
             done = LEDGER.read(ledger, partition)
             lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
             self._scanned[(topic, partition)] = lo
@@ -135,7 +136,7 @@ class ErasureLedger:
             if hi is None or hi <= lo:
                 continue
             try:
-                rows = read_offsets(log_table.table_uri, plog, lo, hi,
+                rows = read_offsets(view.uri, plog, lo, hi,
                                     ["key", "value", "offset", "timestamp"],
                                     self._config.storage)
             except LakeError as exc:  # this partition waits; the others go on

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from compactor.config import CompactorConfig
 from compactor.erasure.downstream import DownstreamEraser
 from compactor.erasure.ledger import ErasureLedger
-from compactor.lake.layout import open_table, topic_paths
+from compactor.lake.layout import topic_paths
+from compactor.lake.log_state import log_view
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,12 @@ class TombstoneReaders:
 
     def catch_up(self, topic: str) -> Carried:
         """Steps 1-2; the caller holds the commit lock."""
-        log_table = open_table(topic_paths(self.config.lake_path, topic).log,
-                               self.config.storage)  # one snapshot for every reader
-        if log_table is None:
+        view = log_view(topic_paths(self.config.lake_path, topic).log,
+                       self.config.storage)  # one version for every reader
+        if view is None:
             return Carried({}, {}, {})
-        erased = self.eraser.catch_up(topic, log_table)
-        self.ledger.record_tombstones(topic, log_table)
+        erased = self.eraser.catch_up(topic, view)
+        self.ledger.record_tombstones(topic, view)
         for name, upto in erased.items():
             self.ledger.record_done(topic, f"downstream:{name}", upto)
         read_upto = self.ledger.read_upto(topic)

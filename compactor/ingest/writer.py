@@ -45,7 +45,8 @@ from compactor.lake.layout import (
     ensure_table,
     topic_paths,
 )
-from compactor.lake.segments import ActiveSegment, SegmentRoller, read_partition_logs, record_sizes
+from compactor.lake.log_state import log_view
+from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,14 @@ def plan_ranges(
     for topic, parts in sorted(by_topic.items()):
         tc = config.topic(topic)
         paths = topic_paths(config.lake_path, topic)
-        log_table = ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS,
-                                 storage=config.storage)
+        view = log_view(paths.log, config.storage, [p for p, _, _ in parts])
+        if view is None:
+            ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
+            view = log_view(paths.log, config.storage, [p for p, _, _ in parts])
+        assert view is not None  # created just above
         rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None,
                                       storage=config.storage)
-        logs = read_partition_logs(log_table, [p for p, _, _ in parts])
+        logs = view.partitions
         for partition, start, end in sorted(parts):
             plog = logs[partition]
             if plog.committed_offset is not None and plog.committed_offset >= end - 1:

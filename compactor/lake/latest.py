@@ -34,10 +34,10 @@ from compactor.lake.layout import (
     KAFKA_SCHEMA,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
-    open_table,
     topic_paths,
 )
-from compactor.lake.segments import read_offsets, read_partition_logs
+from compactor.lake.log_state import log_view
+from compactor.lake.segments import read_offsets
 from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -90,21 +90,21 @@ def latest_per_key(records: pa.Table) -> pa.Table:
 def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
     paths = topic_paths(lake_path, topic)
-    log_table = open_table(paths.log, storage)
-    if log_table is None:
+    view = log_view(paths.log, storage)
+    if view is None:
         return LatestStats()
     table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
                          storage=storage)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
-    for partition, plog in read_partition_logs(log_table).items():
+    for partition, plog in view.partitions.items():
         merged = TABLE.read(table, partition)
         lo = merged if merged is not None else -1
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
         ranges[partition] = (lo, plog.committed_offset)
-        rows = read_offsets(log_table.table_uri, plog, lo, plog.committed_offset, columns,
+        rows = read_offsets(view.uri, plog, lo, plog.committed_offset, columns,
                             storage)
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))

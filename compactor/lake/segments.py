@@ -7,7 +7,8 @@ Delta snapshot (partition values, statistics, file names); nothing is kept on th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +48,7 @@ class Segment:
     base_offset: int
     files: tuple[DataFile, ...]
 
-    @property
+    @functools.cached_property
     def last_offset(self) -> int:
         return max(f.last_offset for f in self.files)
 
@@ -226,33 +227,38 @@ def _column(cols: Mapping[str, list[object]], name: str, n: int) -> list[object]
     return cols.get(name) or [None] * n
 
 
+def data_file(path: str, size: int, partition: int, segment: int, first_offset: int,
+              last_offset: int, records: int, min_ts_ms: int | None, max_ts_ms: int | None,
+              min_delete_horizon_ms: int | None, modified_ms: int | None) -> DataFile:
+    """A :class:`DataFile` from one add action's fields (a snapshot's or a commit file's)."""
+    return DataFile(
+        path=path, partition=partition, segment=segment, first_offset=first_offset,
+        last_offset=last_offset, records=records, record_bytes=record_bytes_of(path, size),
+        size_bytes=size,
+        min_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=True),
+        max_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=False),
+        min_delete_horizon_ms=min_delete_horizon_ms, modified_ms=modified_ms,
+    )
+
+
 def _files_from_actions(actions: pa.Table) -> list[DataFile]:
     cols = {name: actions.column(name).to_pylist() for name in actions.column_names}
     n = actions.num_rows
     min_ts, max_ts = _column(cols, "min.timestamp", n), _column(cols, "max.timestamp", n)
     horizon = _column(cols, "min.deleteHorizonMs", n)
     modified = _column(cols, "modification_time", n)
-    files = []
-    for i, path in enumerate(cols["path"]):
-        size = _as_int(cols["size_bytes"][i])
-        written = None if modified[i] is None else _to_ms(modified[i])
-        lo = None if min_ts[i] is None else _to_ms(min_ts[i])
-        hi = None if max_ts[i] is None else _to_ms(max_ts[i])
-        files.append(DataFile(
-            path=str(path),
-            partition=_as_int(cols["partition.partition"][i]),
-            segment=_as_int(cols["partition.segment"][i]),
-            first_offset=_as_int(cols["min.offset"][i]),
-            last_offset=_as_int(cols["max.offset"][i]),
-            records=_as_int(cols["num_records"][i]),
-            record_bytes=record_bytes_of(str(path), size),
-            size_bytes=size,
-            min_timestamp_ms=_dated(lo, hi, written, lowest=True),
-            max_timestamp_ms=_dated(lo, hi, written, lowest=False),
-            min_delete_horizon_ms=None if horizon[i] is None else _as_int(horizon[i]),
-            modified_ms=written,
-        ))
-    return files
+    return [
+        data_file(
+            str(path), _as_int(cols["size_bytes"][i]), _as_int(cols["partition.partition"][i]),
+            _as_int(cols["partition.segment"][i]), _as_int(cols["min.offset"][i]),
+            _as_int(cols["max.offset"][i]), _as_int(cols["num_records"][i]),
+            None if min_ts[i] is None else _to_ms(min_ts[i]),
+            None if max_ts[i] is None else _to_ms(max_ts[i]),
+            None if horizon[i] is None else _as_int(horizon[i]),
+            None if modified[i] is None else _to_ms(modified[i]),
+        )
+        for i, path in enumerate(cols["path"])
+    ]
 
 
 def _dated(lo: int | None, hi: int | None, written: int | None, lowest: bool) -> int | None:
@@ -266,7 +272,7 @@ def _dated(lo: int | None, hi: int | None, written: int | None, lowest: bool) ->
     return min(hi, written) if lowest else max(hi, written)
 
 
-def _segments(files: list[DataFile]) -> dict[int, list[Segment]]:
+def _segments(files: Iterable[DataFile]) -> dict[int, list[Segment]]:
     grouped: dict[tuple[int, int], list[DataFile]] = {}
     for f in files:
         grouped.setdefault((f.partition, f.segment), []).append(f)
@@ -295,22 +301,33 @@ def _to_ms(value: object) -> int:
     return _as_int(value)
 
 
-def read_partition_logs(
-    table: DeltaTable, partitions: Iterable[int] | None = None
-) -> Mapping[int, PartitionLog]:
-    """Every partition's segments and committed ingest offset, from one snapshot of ``table``."""
-    actions = pa.table(table.get_add_actions(flatten=True))
-    by_partition = _segments(_files_from_actions(actions)) if actions.num_rows else {}
+def partition_logs(files: Iterable[DataFile], txn: Callable[[str], int | None],
+                   partitions: Iterable[int] | None = None) -> dict[int, PartitionLog]:
+    """Every partition's segments and positions; ``txn`` reads an app transaction's version."""
+    by_partition = _segments(files)
     wanted = set(by_partition) | set(partitions or ())
     return {
         partition: PartitionLog(
             partition=partition,
             segments=tuple(by_partition.get(partition, ())),
-            committed_offset=INGEST.read(table, partition),
-            cleaner_offset=CLEANER.read(table, partition),
+            committed_offset=txn(INGEST.id(partition)),
+            cleaner_offset=txn(CLEANER.id(partition)),
         )
         for partition in sorted(wanted)
     }
+
+
+def read_partition_logs(
+    table: DeltaTable, partitions: Iterable[int] | None = None
+) -> Mapping[int, PartitionLog]:
+    """Every partition's segments and positions, from one snapshot of ``table``.
+
+    Reads every add action: for one-off readers. A long-running process follows the log
+    with :mod:`compactor.lake.log_state` instead.
+    """
+    actions = pa.table(table.get_add_actions(flatten=True))
+    files = _files_from_actions(actions) if actions.num_rows else []
+    return partition_logs(files, table.transaction_version, partitions)
 
 
 def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
@@ -327,6 +344,8 @@ def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
 
     parts = []
     for seg in plog.segments:
+        if seg.base_offset > upto or seg.last_offset <= after:
+            continue  # files are in offset order: the whole segment is outside the range
         for f in seg.files:
             if f.last_offset <= after or f.first_offset > upto:
                 continue
