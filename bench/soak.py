@@ -226,7 +226,7 @@ def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
     long history of micro-batches would leave them; the broker holds the same offsets."""
     config = _config(bootstrap, lake.parent, [topic])
     per_partition = files // PARTITIONS
-    produce(bootstrap, topic, [Record(b"k%d" % o, b"v" * 100, p)
+    produce(bootstrap, topic, [Record(b"p%d-k%d" % (p, o), b"v" * 100, p)
                                for p in range(PARTITIONS) for o in range(per_partition)])
     log_path = topic_paths(str(lake), topic).log
     ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
@@ -238,7 +238,7 @@ def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
             written = []
             for o in range(start, min(per_partition, start + chunk)):
                 row = pa.table({
-                    "key": [b"k%d" % o], "value": [b"v" * 100], "topic": [topic],
+                    "key": [b"p%d-k%d" % (p, o)], "value": [b"v" * 100], "topic": [topic],
                     "offset": [o], "timestamp": [(now_ms - (per_partition - o) * 1000) * 1000],
                     "timestampType": [0], "headers": [[]], "deleteHorizonMs": [None]},
                     schema=LOG_FILE_SCHEMA)
@@ -250,6 +250,45 @@ def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
                                        tuple(written)))
         commit_ranges(config, results)
         print(f"  preloaded {min(per_partition, start + chunk) * PARTITIONS:,} files", flush=True)
+    _history_read(config, topic, per_partition)
+
+
+def _history_read(config: Any, topic: str, per_partition: int) -> None:
+    """What the readers of a long-running mirror left behind: a latest-value table holding
+    every key, merged up to the log's end, and an erasure ledger scanned as far (the preload
+    has no tombstones). Without them the first micro-batch would be a one-time catch-up over
+    the whole history, not the steady cost this mode measures."""
+    from deltalake import write_deltalake
+
+    from checkpoints import LEDGER, TABLE
+    from compactor.erasure.ledger import LEDGER_PROPERTIES, LEDGER_SCHEMA
+    from compactor.lake import operations
+    from compactor.lake.layout import TABLE_PROPERTIES_LATEST
+
+    paths = topic_paths(config.lake_path, topic)
+    now_ms = int(time.time() * 1000)
+    last = per_partition - 1
+    n = PARTITIONS * per_partition
+    rows = pa.table({
+        "key": [b"p%d-k%d" % (p, o) for p in range(PARTITIONS) for o in range(per_partition)],
+        "value": [b"v" * 100] * n, "topic": [topic] * n,
+        "partition": [p for p in range(PARTITIONS) for _ in range(per_partition)],
+        "offset": [o for _ in range(PARTITIONS) for o in range(per_partition)],
+        "timestamp": [(now_ms - (per_partition - o) * 1000) * 1000
+                      for _ in range(PARTITIONS) for o in range(per_partition)],
+        "timestampType": [0] * n, "headers": [[]] * n},
+        schema=KAFKA_SCHEMA)
+    ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
+                 storage=config.storage)
+    write_deltalake(paths.table, rows, mode="append", commit_properties=operations.properties(
+        operations.MERGE_LATEST, "preloaded history",
+        [TABLE.moved_to(last, p) for p in range(PARTITIONS)]))
+    ledger = ensure_table(f"{paths.root}/erasures", LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                          storage=config.storage)
+    write_deltalake(ledger, LEDGER_SCHEMA.empty_table(), mode="append",
+                    commit_properties=operations.properties(
+                        operations.RECORD_ERASURES, "preloaded history",
+                        [LEDGER.moved_to(last, p) for p in range(PARTITIONS)]))
 
 
 def fixed_cost(args: argparse.Namespace, work: Path) -> None:

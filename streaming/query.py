@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -97,7 +98,7 @@ class Mirror:
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
         self.readers = TombstoneReaders(config)
         self.ledger = self.readers.ledger
-        self._last_merge = time.monotonic()
+        self._last_merge: dict[str, float] = {}  # topic -> monotonic time of its last MERGE
         self.in_batch = False
         self.failure: BaseException | None = None
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
@@ -140,7 +141,7 @@ class Mirror:
                     for hook in self.table_hooks:
                         hook(topic)
         merging = time.monotonic()
-        self.merge_tables(force=self.config.table_merge_interval_ms == 0)
+        self.merge_tables()
         merge_s = time.monotonic() - merging
         took = time.monotonic() - started
         records = sum(s.records for s in stats.values())
@@ -153,23 +154,26 @@ class Mirror:
             listener(batch_id, stats)
 
     def merge_tables(self, force: bool = False) -> None:
-        """Bring every latest-value table up to its log, at most every table.merge.interval.ms.
+        """Bring each latest-value table up to its log once it is due (``table_merge_ms``
+        after its last MERGE), or every table now (``force``).
 
         Called after each micro-batch and by the service loop, so that a cadence also catches
         up when no new batch arrives.
         """
-        interval = self.config.table_merge_interval_ms / 1000
-        if not force and time.monotonic() - self._last_merge < interval:
+        now = time.monotonic()
+        due = [t for t in self.config.topics if force or now - self._last_merge.get(t, -math.inf)
+               >= self.config.table_merge_ms(t) / 1000]
+        if not due:
             return
         with self.commit_lock:
-            for topic in self.config.topics:
+            for topic in due:
                 merged = catch_up(self.config.lake_path, topic, self.config.storage)
                 if merged.tombstones:
                     self.ledger.record_done(topic, "table", merged.merged_upto)
                 if merged.updated or merged.deleted:
                     for hook in self.table_hooks:
                         hook(topic)
-        self._last_merge = time.monotonic()
+                self._last_merge[topic] = time.monotonic()
 
     def error(self, exc: BaseException) -> CompactorError:
         """The product error behind a failed query, unwrapped from Spark's and Py4J's."""

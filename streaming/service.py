@@ -93,6 +93,8 @@ class Service:
             if once and not self._stop.is_set():
                 run.mirror.merge_tables(force=True)
                 run.clean(until_idle=True)
+            elif self._stop.is_set():  # a clean stop leaves every table at its log
+                run.mirror.merge_tables(force=True)
         except CompactorError:
             raise
         except Exception as exc:
@@ -171,7 +173,7 @@ class Service:
                 self._batch_done.clear()
                 next_clean = run.clean(until_idle=False)
                 continue
-            if self.config.table_merge_interval_ms and not run.mirror.in_batch:
+            if not run.mirror.in_batch:
                 run.mirror.merge_tables()
             time.sleep(0.2)
 

@@ -31,7 +31,13 @@ def command(args: argparse.Namespace) -> int:
     from compactor.ops.engine import load_engine
 
     config = load_config(args.config, overrides(args))
-    report = load_engine(config).clean(args.topic, force=args.force, dry_run=args.dry_run)
+    if args.dry_run:  # plans only: no engine (and no JVM) needed to say what would be done
+        from compactor.cleaner.maintenance import LogMaintenance
+
+        report = LogMaintenance(None, config).run_pass(args.topic, force=args.force,
+                                                       dry_run=True)
+    else:
+        report = load_engine(config).clean(args.topic, force=args.force, dry_run=False)
     rows = []
     for o in sorted(report.outcomes, key=lambda o: (o.topic, o.partition)):
         r = o.range

@@ -60,9 +60,10 @@ def command(args: argparse.Namespace) -> int:
             for key in TOPIC_KEYS
         }
     warnings = {name: w for name in topics if (w := config.topic(name).deadline_warning)}
+    merge_ms = {name: config.table_merge_ms(name) for name in topics}
     if args.json:
-        print(json.dumps({"pipeline": pipeline, "topics": described, "warnings": warnings},
-                         sort_keys=True))
+        print(json.dumps({"pipeline": pipeline, "topics": described, "warnings": warnings,
+                          "table_merge_ms": merge_ms}, sort_keys=True))
         return 0
     for key, value in pipeline.items():
         print(f"{key} = {value}")
@@ -70,6 +71,8 @@ def command(args: argparse.Namespace) -> int:
         print(f"\ntopic {name}")
         for key, entry in entries.items():
             print(f"  {key:<28} {str(entry['value']):<22} ({entry['source']})")
+        print(f"  {'latest-value table lag':<28} {f'<= {merge_ms[name]} ms':<22} "
+              "(table.merge.interval.ms, within the erasure deadline)")
         if name in warnings:
             print(f"  WARNING: {warnings[name]}")
     return 0

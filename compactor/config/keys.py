@@ -121,8 +121,9 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "max.offsets.per.trigger": (parse_int, at_least(0), 0),  # 0: no limit
     "starting.offsets": (str.strip, _any, "earliest"),
     "fail.on.data.loss": (_bool, _any, True),
-    # 0: MERGE the latest-value table after every micro-batch; N: at most every N ms.
-    "table.merge.interval.ms": (parse_int, at_least(0), 0),
+    # How stale the latest-value table may get: 0 MERGEs after every micro-batch, N at most
+    # every N ms; -1 (default) is 10 s, shortened to what a topic's erasure deadline allows.
+    "table.merge.interval.ms": (parse_int, at_least(-1), -1),
     # Prometheus metrics of 'compactor run' on this port (0 = off).
     "metrics.port": (parse_int, _between(0, 65535), 0),
     # Commit the mirrored offsets to a consumer group after each lake commit, so that lag

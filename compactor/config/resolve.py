@@ -97,7 +97,7 @@ def with_topic_configs(
     resolved = {t: resolve_topic(config, t, broker.get(t, {})) for t in config.topics}
     for tc in resolved.values():
         if (tc.erasure_deadline and not tc.deadline_best_effort
-                and config.table_merge_interval_ms > tc.cleaning_lag_ms):
+                and config.table_merge_interval_ms > tc.cleaning_lag_ms):  # set, not -1
             raise ConfigError(
                 "table.merge.interval.ms", config.table_merge_interval_ms,
                 f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "

@@ -186,3 +186,20 @@ def test_a_table_merge_cadence_past_the_erasure_deadline_is_refused() -> None:
     ok = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
                    "table.merge.interval.ms": "11000"})
     assert with_topic_configs(ok, {}).table_merge_interval_ms == 11000
+
+
+def test_the_latest_value_table_lags_at_most_10_s_and_never_past_the_deadline() -> None:
+    plain = with_topic_configs(config(), {})
+    assert plain.table_merge_ms("orders") == 10_000  # the default cadence
+    tight = with_topic_configs(config(**{"cleanup.policy": "compact",
+                                         "max.compaction.lag.ms": "20000"}), {})
+    assert tight.table_merge_ms("orders") == 10_000 < tight.topic("orders").cleaning_lag_ms
+    short = with_topic_configs(config(**{"cleanup.policy": "compact",
+                                         "max.compaction.lag.ms": "6000"}), {})
+    assert short.table_merge_ms("orders") == short.topic("orders").cleaning_lag_ms < 10_000
+    every = with_topic_configs(config(**{"table.merge.interval.ms": "0"}), {})
+    assert every.table_merge_ms("orders") == 0  # after every micro-batch, as set
+    best_effort = with_topic_configs(config(**{"cleanup.policy": "compact",
+                                               "max.compaction.lag.ms": "3000"}), {})
+    assert best_effort.topic("orders").deadline_best_effort
+    assert best_effort.table_merge_ms("orders") == 0
