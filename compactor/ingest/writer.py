@@ -45,7 +45,7 @@ from compactor.lake.layout import (
     ensure_table,
     topic_paths,
 )
-from compactor.lake.log_state import log_view
+from compactor.lake.log_state import follow, log_view
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage
 
@@ -270,7 +270,7 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
         paths = topic_paths(config.lake_path, topic)
         # One snapshot of the log serves the fencing check and the log commit: nothing of
         # this process commits to the log in between (the commit lock is held).
-        log_table = config.storage.table(paths.log)
+        log_table = follow(paths.log, config.storage).table_for_commit()
         fencing.check(log_table, (generations or {}).get(topic))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:

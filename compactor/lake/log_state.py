@@ -48,9 +48,9 @@ from compactor.lake.layout import join, open_table
 from compactor.lake.segments import (
     DataFile,
     PartitionLog,
+    Segment,
     _files_from_actions,
     data_file,
-    partition_logs,
 )
 from compactor.lake.storage import Storage
 
@@ -80,11 +80,14 @@ class LogFollower:
         self._base: DeltaTable | None = None
         self._version = -1
         self._table_id = ""
-        self._files: dict[int, dict[str, DataFile]] = {}  # partition -> path -> file
-        self._partition_of: dict[str, int] = {}
+        # (partition, segment) -> path -> file; a path's (partition, segment); built segments
+        self._files: dict[tuple[int, int], dict[str, DataFile]] = {}
+        self._where: dict[str, tuple[int, int]] = {}
+        self._segments: dict[int, dict[int, Segment]] = {}
         self._txns: dict[str, int] = {}  # moved since the base snapshot, or looked up in it
         self._logs: dict[int, PartitionLog] = {}
-        self._dirty: set[int] = set()
+        self._dirty: set[int] = set()  # partitions whose PartitionLog is rebuilt
+        self._dirty_segments: set[tuple[int, int]] = set()  # segments rebuilt from their files
         self.full_loads = 0  # how often step 1 ran: a figure for tests and benchmarks
 
     def view(self, partitions: Iterable[int] = ()) -> LogView | None:
@@ -100,12 +103,28 @@ class LogFollower:
                     return None
                 self._advance()
             self._dirty.update(p for p in partitions if p not in self._logs)
-            for partition in sorted(self._dirty):
-                self._logs.update(partition_logs(
-                    self._files.get(partition, {}).values(), self._txn, [partition]))
-            self._dirty.clear()
+            self._rebuild()
             rewrites = {p: self._txn(REWRITE.id(p)) or 0 for p in self._logs}
             return LogView(self.uri, self._version, self._table_id, dict(self._logs), rewrites)
+
+    def table_for_commit(self) -> DeltaTable:
+        """This follower's delta-rs table, brought to the latest version, for a commit.
+
+        delta-rs advances a loaded table by the new commits (``update_incremental``) for less
+        than a fresh open costs. Callers commit under the run's commit lock, so nothing else
+        moves the table between this call and their commit. Only here is the table moved,
+        under the follower's lock, and :meth:`view` reads every newer commit file before it
+        looks a position up in it, so a lookup never sees a version the view has not reached.
+        """
+        with self._lock:
+            if self._base is None and not self._load():
+                raise LakeError(f"lake log {self.uri} does not exist")
+            assert self._base is not None
+            try:
+                self._base.update_incremental()
+            except Exception as exc:  # delta-rs raises several classes for a broken log
+                raise LakeError(f"cannot read Delta table {self.uri}: {exc}") from exc
+            return self._base
 
     def _txn(self, app_id: str) -> int | None:
         if app_id not in self._txns and self._base is not None:
@@ -126,13 +145,11 @@ class LogFollower:
         self._base = table
         self._version = table.version()
         self._table_id = str(table.metadata().id)
-        self._files = {}
-        self._partition_of = {}
+        self._files, self._where, self._segments = {}, {}, {}
+        self._txns, self._logs = {}, {}
+        self._dirty, self._dirty_segments = set(), set()
         for f in files:
             self._add(f)
-        self._txns = {}
-        self._logs = {}
-        self._dirty = {f.partition for f in files}
         self.full_loads += 1
         return True
 
@@ -152,11 +169,11 @@ class LogFollower:
         if "add" in action:
             self._add(_from_add(action["add"]))
         elif "remove" in action:
-            path = unquote(action["remove"]["path"])
-            partition = self._partition_of.pop(path, None)
-            if partition is not None:
-                del self._files[partition][path]
-                self._dirty.add(partition)
+            where = self._where.pop(unquote(action["remove"]["path"]), None)
+            if where is not None:
+                del self._files[where][unquote(action["remove"]["path"])]
+                self._dirty_segments.add(where)
+                self._dirty.add(where[0])
         elif "txn" in action:
             app_id, version = action["txn"]["appId"], int(action["txn"]["version"])
             self._txns[app_id] = version
@@ -168,9 +185,34 @@ class LogFollower:
             raise _Replaced
 
     def _add(self, f: DataFile) -> None:
-        self._files.setdefault(f.partition, {})[f.path] = f
-        self._partition_of[f.path] = f.partition
+        where = (f.partition, f.segment)
+        self._files.setdefault(where, {})[f.path] = f
+        self._where[f.path] = where
+        self._dirty_segments.add(where)
         self._dirty.add(f.partition)
+
+    def _rebuild(self) -> None:
+        """Step 3: only touched segments are sorted again; a partition's log is a tuple of
+        its segments, so its cost grows with its segment count, not its files."""
+        for partition, base in self._dirty_segments:
+            members = self._files.get((partition, base))
+            segments = self._segments.setdefault(partition, {})
+            if members:
+                segments[base] = Segment(partition, base, tuple(
+                    sorted(members.values(), key=lambda f: f.first_offset)))
+            else:
+                segments.pop(base, None)
+                self._files.pop((partition, base), None)
+        for partition in self._dirty:
+            by_base = self._segments.get(partition, {})
+            self._logs[partition] = PartitionLog(
+                partition=partition,
+                segments=tuple(by_base[b] for b in sorted(by_base)),
+                committed_offset=self._txn(INGEST.id(partition)),
+                cleaner_offset=self._txn(CLEANER.id(partition)),
+            )
+        self._dirty_segments.clear()
+        self._dirty.clear()
 
     def _check_not_overtaken(self) -> None:
         checkpoint = self._read("_last_checkpoint")
