@@ -33,9 +33,10 @@ def command(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides(args))
     if args.dry_run:  # plans only: no engine (and no JVM) needed to say what would be done
         from compactor.cleaner.maintenance import LogMaintenance
+        from compactor.config import resolve_config
 
-        report = LogMaintenance(None, config).run_pass(args.topic, force=args.force,
-                                                       dry_run=True)
+        report = LogMaintenance(None, resolve_config(config)).run_pass(
+            args.topic, force=args.force, dry_run=True)
     else:
         report = load_engine(config).clean(args.topic, force=args.force, dry_run=False)
     rows = []
