@@ -7,8 +7,9 @@ Commit protocol of one pass, per partition:
    (:mod:`compactor.erasure.tombstones`); a dry run skips this.
 1. Plan from one snapshot of ``L/T/log``: the cleanable range (ending, at the latest, at the
    first segment holding an offset the readers have not read), the segments retention expires
-   (wholly read ones only), the segments to consolidate (:mod:`compactor.cleaner.merge`), the
-   cleaner checkpoint C (``compactor-cleaner-<partition>``) and the fence F
+   (wholly read ones only), the segments to consolidate (:mod:`compactor.cleaner.merge`), for a
+   partition with an expired tombstone horizon how far the latest-value table merged (later
+   tombstones stay), the cleaner checkpoint C (``compactor-cleaner-<partition>``) and the fence F
    (``compactor-rewrite-<partition>``).
 2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
    files and returns the files to remove and add and the new checkpoint C'.
@@ -36,7 +37,7 @@ from typing import Any
 
 from deltalake.transaction import RemoveAction
 
-from checkpoints import CLEANER, REWRITE
+from checkpoints import CLEANER, REWRITE, TABLE
 from compactor.cleaner import uncleanable
 from compactor.cleaner.cleanable import (
     CleanableRange,
@@ -63,6 +64,30 @@ from compactor.lake.log_state import log_view
 from compactor.lake.segments import DataFile
 
 log = logging.getLogger(__name__)
+
+
+class _TableMerged:
+    """How far ``L/T/table`` has merged each partition: a tombstone past that is kept.
+
+    Read only for a partition holding a tombstone whose horizon has passed, and then once per
+    topic and pass, so an ordinary pass does not open the table.
+    """
+
+    def __init__(self, config: CompactorConfig, topic: str) -> None:
+        self._path = topic_paths(config.lake_path, topic).table
+        self._storage = config.storage
+        self._table: Any = None
+        self._read = False
+
+    def upto(self, partition: int) -> int | None:
+        """None without a table (it will start from what the log holds then); -1 for a
+        partition it has never merged."""
+        if not self._read:
+            self._table, self._read = open_table(self._path, self._storage), True
+        if self._table is None:
+            return None
+        merged = TABLE.read(self._table, partition)
+        return -1 if merged is None else merged
 
 
 @dataclass(frozen=True)
@@ -211,6 +236,7 @@ class LogMaintenance:
                             self._config.storage)
             if view is None:
                 continue
+            merged = _TableMerged(self._config, topic)
             for partition, plog in view.partitions.items():
                 upto = None if read_upto is None else read_upto.get(partition, -1)
                 rng = cleanable_range(plog, tc, now_ms, upto)
@@ -241,6 +267,9 @@ class LogMaintenance:
                     load_factor=cleaner.io_buffer_load_factor,
                     io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
                     storage=self._config.storage, merge=tuple(runs),
+                    table_merged_upto=merged.upto(partition) if any(
+                        s.min_delete_horizon_ms is not None
+                        and s.min_delete_horizon_ms <= now_ms for s in plog.segments) else None,
                 ), plog.cleaner_offset, view.rewrites.get(partition, 0))))
         order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
         planned.sort(key=lambda item: order.get(id(item[0]), len(order)))

@@ -9,9 +9,12 @@ A pass, given a :class:`CleanPlan` built on the driver from one Delta snapshot:
 3. Rewrite: segments below ``end`` are grouped, neighbours together up to ``segment.bytes``.
    A record is kept when its key is not in the map or its offset is at least the map's. A
    kept tombstone gets ``deleteHorizonMs`` = now + ``delete.retention.ms`` the first time; one
-   whose horizon has passed is dropped. A group in which nothing is dropped or stamped is not
-   touched; any other group becomes one new file in the segment of its first member. Offsets,
-   timestamps and headers are copied unchanged.
+   whose horizon has passed is dropped, once the latest-value table has merged it
+   (``table_merged_upto``): a table that merges on a cadence must see every tombstone, or it
+   would keep the erased key's value (``delete.retention.ms`` is a minimum, as in Kafka). A
+   group in which nothing is dropped or stamped is not touched; any other group becomes one
+   new file in the segment of its first member. Offsets, timestamps and headers are copied
+   unchanged.
 4. Consolidation: closed segments of several files (and runs of the active segment's small
    files) that step 3 left alone are rewritten as one file each, no record changed
    (:mod:`compactor.cleaner.merge`).
@@ -66,6 +69,9 @@ class CleanPlan:
     now_ms: int
     storage: Storage
     merge: tuple[MergeRun, ...] = ()  # files to rewrite as one, no record changed
+    # The last offset the latest-value table merged; a tombstone past it stays whatever its
+    # horizon. None: no table holds values of this partition yet, nothing to wait for.
+    table_merged_upto: int | None = None
 
 
 @dataclass
@@ -159,8 +165,8 @@ def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: Cle
     return hi
 
 
-def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int,
-           now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int, now_ms: int,
+           table_upto: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(keep, stamp) for each record of a batch."""
     offsets = batch.column("offset").to_numpy()
     mapped = omap.lookup(digests(batch.column("key"))) if len(omap) else None
@@ -171,6 +177,8 @@ def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int,
     horizon = batch.column("deleteHorizonMs")
     stamped = pc.is_valid(horizon).to_numpy(zero_copy_only=False)
     expired = stamped & (pc.fill_null(horizon, 0).to_numpy() <= now_ms)
+    if table_upto is not None:
+        expired &= offsets <= table_upto
     keep &= ~(tombstone & expired)
     stamp = keep & tombstone & ~stamped & (offsets < end)
     return keep, stamp
@@ -203,7 +211,7 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     masks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     changed = False
     for f in files:
-        parts = [_masks(b, omap, end, plan.now_ms)
+        parts = [_masks(b, omap, end, plan.now_ms, plan.table_merged_upto)
                  for b in _batches(plan, f, _CHECK_COLUMNS, stats, throttle)]
         keep = np.concatenate([k for k, _ in parts]) if parts else np.ones(0, bool)
         stamp = np.concatenate([s for _, s in parts]) if parts else np.zeros(0, bool)

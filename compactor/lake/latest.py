@@ -13,8 +13,9 @@ Commit protocol of a catch-up, per topic:
    tombstone deletes. A crash before the commit changes nothing; the next catch-up redoes it.
 
 The catch-up is driven by the versions alone, so it also repairs a table that lags after a
-crash between a log commit and its MERGE. A lag longer than ``delete.retention.ms`` can miss a
-tombstone the cleaner already removed from the log, as a Kafka consumer lagging that long would.
+crash between a log commit and its MERGE. The table lags by design (``table.merge.interval.ms``),
+so the cleaner keeps every tombstone past the table's ``compactor-table-<partition>`` whatever its
+``delete.retention.ms`` horizon: a tombstone dropped unread would leave the erased value here.
 The MERGE predicate names columns only; no key bytes ever reach the Delta log.
 """
 

@@ -275,3 +275,26 @@ def test_every_commit_names_what_it_did_in_commit_info(tmp_path: Path) -> None:
     assert "INGEST" in ops and "CLEAN" in ops and "RETENTION" in ops, ops
     assert all(h["userMetadata"].startswith("compactor: ") for h in history
                if h.get("compactor.operation")), history
+
+
+def test_a_tombstone_past_its_horizon_stays_until_the_latest_value_table_merged_it(
+        tmp_path: Path) -> None:
+    from compactor.lake.latest import catch_up
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01, delete_retention_ms=1000)
+    append(config, "t", 0, [(0, b"gone", b"secret", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)  # the table holds the secret
+    append(config, "t", 0, [(1, b"gone", None, T0 + 1), (2, b"other", b"x" * 20, T0 + 2)],
+           now_ms=T0 + 2)
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 10)  # drops offset 0, stamps offset 1
+    # The table merges on a cadence and has not read the tombstone when its horizon passes:
+    # dropping it now would leave the secret in the table for ever.
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 5000)
+    assert [(o, k, v) for _, o, k, v, _ in log_rows(config, "t")] == [
+        (1, b"gone", None), (2, b"other", b"x" * 20)]
+    catch_up(config.lake_path, "t", config.storage)
+    table = DeltaTable(topic_paths(config.lake_path, "t").table).to_pyarrow_table()
+    assert table.column("key").to_pylist() == [b"other"]
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 6000)  # now it may go
+    assert [o for _, o, *_ in log_rows(config, "t")] == [2]
