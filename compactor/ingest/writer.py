@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from checkpoints import INGEST
+from checkpoints import INGEST, WRITER
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.lake import fencing, operations
@@ -195,10 +195,12 @@ def plan_ranges(
 def _commit(
     table: DeltaTable, path: str, schema: pa.Schema, partition_by: list[str] | None,
     files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
+    committed: Mapping[int, int | None],
 ) -> None:
-    """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets."""
+    """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets;
+    ``committed``: each partition's ingest position in that snapshot."""
     for partition, version in versions.items():
-        current = INGEST.read(table, partition)
+        current = committed[partition]
         if current is not None and current >= version:
             raise LakeError(
                 f"{path}: partition {partition} already holds offsets up to {current}, written "
@@ -270,17 +272,21 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
         paths = topic_paths(config.lake_path, topic)
         # One snapshot of the log serves the fencing check and the log commit: nothing of
         # this process commits to the log in between (the commit lock is held).
-        log_table = follow(paths.log, config.storage).table_for_commit()
-        fencing.check(log_table, (generations or {}).get(topic))
+        follower = follow(paths.log, config.storage)
+        log_table = follower.table_for_commit()
+        fencing.check(log_table, (generations or {}).get(topic),
+                      follower.position(WRITER.id()))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine
                         if any(f.table == "rejected" for f in r.files)}
-            _commit(config.storage.table(paths.rejected), paths.rejected, REJECTED_SCHEMA, None,
-                    rejected, versions, now_ms)
+            rejected_table = config.storage.table(paths.rejected)
+            _commit(rejected_table, paths.rejected, REJECTED_SCHEMA, None, rejected, versions,
+                    now_ms, {p: INGEST.read(rejected_table, p) for p in versions})
         log_files = [f for r in mine for f in r.files if f.table == "log"]
         _commit(log_table, paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
-                {r.partition: r.last_offset for r in mine}, now_ms)
+                {r.partition: r.last_offset for r in mine}, now_ms,
+                {r.partition: follower.position(INGEST.id(r.partition)) for r in mine})
         stats[topic] = BatchStats(
             records=sum(f.records for f in log_files),
             record_bytes=sum(f.record_bytes for f in log_files),

@@ -56,11 +56,13 @@ def claim(log_path: str, storage: Storage) -> int:
     return mine
 
 
-def check(table: DeltaTable, mine: int | None) -> None:
-    """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot)."""
+def check(table: DeltaTable, mine: int | None, current: int | None = None) -> None:
+    """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot);
+    ``current``: the generation when the caller already read it from that snapshot."""
     if mine is None:
         return
-    current = WRITER.read(table)
+    if current is None:
+        current = WRITER.read(table)
     if current is not None and current != mine:
         raise FencedError(
             f"{table.table_uri}: another 'compactor run' claimed this log (writer generation "

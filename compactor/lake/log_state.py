@@ -124,7 +124,18 @@ class LogFollower:
                 self._base.update_incremental()
             except Exception as exc:  # delta-rs raises several classes for a broken log
                 raise LakeError(f"cannot read Delta table {self.uri}: {exc}") from exc
+            try:
+                self._advance()  # our positions at least as new as the table's
+            except _Replaced:
+                self._load()
             return self._base
+
+    def position(self, app_id: str) -> int | None:
+        """An app transaction's version as of the last :meth:`table_for_commit` or
+        :meth:`view` (or newer): what a commit checks before it lands, without a delta-rs
+        lookup per position in a snapshot of every file."""
+        with self._lock:
+            return self._txn(app_id)
 
     def _txn(self, app_id: str) -> int | None:
         """A position: from the commits read since the base snapshot, else looked up in it

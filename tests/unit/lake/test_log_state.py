@@ -118,3 +118,21 @@ def test_a_replaced_table_or_missed_commits_start_over_from_a_full_read(tmp_path
             (log_dir / name).unlink()
     _same_as_a_full_read(follower, root)
     assert follower.full_loads == 3
+
+
+def test_positions_for_a_commit_are_those_of_the_table_it_commits_to(tmp_path: Path) -> None:
+    """The ingest commit checks the positions (another writer, a newer run) in the follower,
+    not by a delta-rs lookup: they must be the committed ones, a commit by someone else too."""
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    _commit(root, [_file(root, 0, 0, range(0, 2))], txns=[INGEST.moved_to(1, 0)])
+    follower = LogFollower(root, LOCAL)
+    assert follower.position(INGEST.id(0)) is None  # nothing loaded yet
+    table = follower.table_for_commit()
+    assert follower.position(INGEST.id(0)) == 1 and follower.position(INGEST.id(1)) is None
+    _commit(root, [_file(root, 1, 0, range(0, 5))],  # another process commits
+            txns=[INGEST.moved_to(4, 1), INGEST.moved_to(9, 0)])
+    assert follower.table_for_commit() is table and table.version() == 2
+    assert follower.position(INGEST.id(0)) == 9 == INGEST.read(table, 0)
+    assert follower.position(INGEST.id(1)) == 4 == INGEST.read(table, 1)
+    assert follower.full_loads == 1
