@@ -267,9 +267,7 @@ class LogMaintenance:
                     load_factor=cleaner.io_buffer_load_factor,
                     io_max_bytes_per_second=cleaner.io_max_bytes_per_second, now_ms=now_ms,
                     storage=self._config.storage, merge=tuple(runs),
-                    table_merged_upto=merged.upto(partition) if any(
-                        s.min_delete_horizon_ms is not None
-                        and s.min_delete_horizon_ms <= now_ms for s in plog.segments) else None,
+                    table_merged_upto=merged.upto(partition) if rng.tombstones_due else None,
                 ), plog.cleaner_offset, view.rewrites.get(partition, 0))))
         order = {id(r): i for i, r in enumerate(cleaning_order([r for r, _ in planned]))}
         planned.sort(key=lambda item: order.get(id(item[0]), len(order)))

@@ -274,8 +274,8 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
         # this process commits to the log in between (the commit lock is held).
         follower = follow(paths.log, config.storage)
         log_table = follower.table_for_commit()
-        fencing.check(log_table, (generations or {}).get(topic),
-                      follower.position(WRITER.id()))
+        fencing.check_generation(log_table.table_uri, (generations or {}).get(topic),
+                                 follower.position(WRITER.id()))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine

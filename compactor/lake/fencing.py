@@ -56,16 +56,17 @@ def claim(log_path: str, storage: Storage) -> int:
     return mine
 
 
-def check(table: DeltaTable, mine: int | None, current: int | None = None) -> None:
-    """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot);
-    ``current``: the generation when the caller already read it from that snapshot."""
-    if mine is None:
-        return
-    if current is None:
-        current = WRITER.read(table)
-    if current is not None and current != mine:
+def check(table: DeltaTable, mine: int | None) -> None:
+    """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot)."""
+    if mine is not None:
+        check_generation(table.table_uri, mine, WRITER.read(table))
+
+
+def check_generation(uri: str, mine: int | None, current: int | None) -> None:
+    """Step 2 with the log's generation already read from a fresh snapshot (``current``)."""
+    if mine is not None and current is not None and current != mine:
         raise FencedError(
-            f"{table.table_uri}: another 'compactor run' claimed this log (writer generation "
+            f"{uri}: another 'compactor run' claimed this log (writer generation "
             f"{current}; this run holds {mine}). Only one run may mirror a topic into a lake; "
             "this one stops without committing. Stop the other run first if this one should "
             "be the one that runs."

@@ -127,7 +127,9 @@ class LogFollower:
             try:
                 self._advance()  # our positions at least as new as the table's
             except _Replaced:
-                self._load()
+                if not self._load():
+                    raise LakeError(f"lake log {self.uri} does not exist") from None
+            assert self._base is not None
             return self._base
 
     def position(self, app_id: str) -> int | None:
