@@ -33,6 +33,7 @@ def command(args: argparse.Namespace) -> int:
     from compactor.ops.status import collect_status, status_json, status_table
 
     config = load_config(args.config, overrides(args))
+    unreachable: str | None = None
     try:
         from compactor.config import resolve_config
 
@@ -41,9 +42,14 @@ def command(args: argparse.Namespace) -> int:
         # The lake alone still answers; topic configs fall back to the file and Kafka's defaults.
         log.warning("broker unreachable, using the file's topic configs: %s", exc)
         config = with_topic_configs(config, {})
+        unreachable = str(exc)
     while True:
         now = int(time.time() * 1000)
-        topics, broker_error = collect_status(config, now)
+        # A broker that just failed to answer is not asked again for offsets (another timeout
+        # to wait out); --watch asks again at each refresh, as it may be back.
+        topics, broker_error = collect_status(config, now, ask_broker=unreachable is None)
+        if unreachable is not None:
+            broker_error, unreachable = unreachable, None
         if args.json:
             print(json.dumps(status_json(topics, broker_error, now), sort_keys=True), flush=True)
         else:

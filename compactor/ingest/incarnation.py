@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
-from compactor.kafka.clients import with_logger
+from compactor.kafka.clients import request_timeout_s, with_logger
 from compactor.lake.layout import open_table, topic_paths
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,15 @@ class Incarnations:
 
         self._config = config
         self._admin = AdminClient(with_logger(config.kafka_client_config()))
+        self._timeout_s = request_timeout_s(config.kafka_client_config(), 30.0)
         self.expected: dict[str, str] = {}
 
     def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         from confluent_kafka import KafkaException, TopicCollection
 
         wanted = sorted(set(topics))
-        futures = self._admin.describe_topics(TopicCollection(wanted), request_timeout=30)
+        futures = self._admin.describe_topics(TopicCollection(wanted),
+                                              request_timeout=self._timeout_s)
         ids: dict[str, str | None] = {}
         for topic in wanted:
             try:

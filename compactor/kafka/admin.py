@@ -8,8 +8,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from compactor.exceptions import BrokerUnavailableError, ConfigError
-from compactor.kafka.clients import with_logger
+from compactor.kafka.clients import request_timeout_s, with_logger
 
+# Start-up questions fail fast on a wrong address; kafka.socket.timeout.ms overrides.
 _TIMEOUT_S = 15.0
 
 
@@ -34,8 +35,9 @@ def describe_topic_configs(
     """Each topic's configs on the broker as (value, is_default); a missing topic is an error."""
     admin = admin_client(client_config)
     servers = client_config.get("bootstrap.servers", "?")
+    timeout_s = request_timeout_s(client_config, _TIMEOUT_S)
     try:
-        meta = admin.list_topics(timeout=_TIMEOUT_S)
+        meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise BrokerUnavailableError(
             f"cannot reach Kafka at bootstrap.servers={servers}: {exc.args[0]} "
@@ -51,7 +53,7 @@ def describe_topic_configs(
     result: dict[str, dict[str, tuple[str | None, bool]]] = {}
     try:
         for resource, future in admin.describe_configs(resources).items():
-            entries = future.result(timeout=_TIMEOUT_S)
+            entries = future.result(timeout=timeout_s)
             result[resource.name] = {
                 name: (entry.value, entry.is_default) for name, entry in entries.items()}
     except KafkaException as exc:

@@ -33,3 +33,11 @@ def ensure_logging() -> None:
         handler.setFormatter(logging.Formatter(_FORMAT))
         root.addHandler(handler)
         root.setLevel(logging.WARNING)
+
+
+def request_timeout_s(conf: Mapping[str, Any], default_s: float) -> float:
+    """How long one request to the cluster may wait: ``socket.timeout.ms`` when the user set it
+    (``kafka.socket.timeout.ms``, which also stands for the Java client's
+    ``default.api.timeout.ms``), else ``default_s``."""
+    value = conf.get("socket.timeout.ms")
+    return int(value) / 1000 if value is not None else default_s

@@ -11,6 +11,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from compactor.exceptions import BrokerUnavailableError
 from compactor.kafka.admin import admin_client
+from compactor.kafka.clients import request_timeout_s
 
 
 class OffsetReader:
@@ -20,10 +21,11 @@ class OffsetReader:
     exactly as a consumer with the same isolation level would stop.
     """
 
-    def __init__(self, client_config: Mapping[str, str], timeout_s: float = 30.0,
+    def __init__(self, client_config: Mapping[str, str], timeout_s: float | None = None,
                  retries: int = 0, retry_interval_ms: int = 1000) -> None:
         self._admin = admin_client(client_config)
-        self._timeout = timeout_s
+        self._timeout = (timeout_s if timeout_s is not None
+                         else request_timeout_s(client_config, 30.0))
         # Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset requests are
         # tried again this many times before the error stands.
         self._retries = retries

@@ -150,7 +150,7 @@ def test_secrets_stay_out_of_output(tmp_path) -> None:
         "bootstrap.servers": "127.0.0.1:9", "topics": "t", "lake.path": str(tmp_path / "l"),
         "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
         "kafka.sasl.username": "mirror", "kafka.sasl.password": secret,
-        "kafka.ssl.key.password": secret})
+        "kafka.ssl.key.password": secret, "kafka.socket.timeout.ms": "3000"})
     # No broker there: run fails (3), status answers from the lake (describe-config redacts:
     # test_describe_config.py).
     for verb, code in ((["run", "--once"], 3), (["status"], 0)):

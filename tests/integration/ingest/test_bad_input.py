@@ -77,7 +77,7 @@ def test_a_corrupted_delta_log_is_named_not_guessed(tmp_path: Path) -> None:
     commits[-1].write_text('{"add": {"path": truncated')
     conf = tmp_path / "c.properties"
     conf.write_text(f"bootstrap.servers=127.0.0.1:9\ntopics=t\nlake.path={tmp_path}/lake\n"
-                    "cleanup.policy=compact\n")
+                    "cleanup.policy=compact\nkafka.socket.timeout.ms=2000\n")
     for verb in (["status"], ["read", "--topic", "t"]):
         result = _cli(*verb, "--config", str(conf))
         assert result.returncode == 4, (verb, result.stderr[-3000:])

@@ -24,8 +24,13 @@ def _setup(own: EmbeddedBroker, tmp_path: Path) -> tuple[Path, str]:
     conf.write_text(f"bootstrap.servers={own.bootstrap_servers}\ntopics=t\n"
                     f"lake.path={tmp_path / 'lake'}\ncheckpoint.path={tmp_path / 'ck'}\n"
                     "trigger.interval.ms=300\nspark.master=local[1]\n"
-                    "spark.ui.enabled=false\n")
+                    "spark.ui.enabled=false\n"
+                    # The offset requests' bound (30 s by default), shortened as a user may.
+                    f"kafka.socket.timeout.ms={TIMEOUT_MS}\n")
     return conf, str(tmp_path / "lake" / "t" / "log")
+
+
+TIMEOUT_MS = 10_000
 
 
 def batch(start: int) -> list[Record]:
@@ -42,9 +47,9 @@ def mirrored(log: str) -> int:
 @pytest.mark.slow
 @pytest.mark.faults
 def test_a_short_freeze_is_resumed_and_a_long_one_stops_the_run_cleanly(tmp_path) -> None:
-    """Frozen 12 s: the client's retries carry the run through. Frozen past the offset
-    requests' 30 s: exit code 3 naming the broker, the lake as it was, and a restart once the
-    broker is back mirrors the rest, every offset exactly once."""
+    """Frozen for less than the offset requests' bound (``kafka.socket.timeout.ms``): the
+    client's retries carry the run through. Frozen past it: exit code 3 naming the broker, the
+    lake as it was, and a restart once the broker is back mirrors the rest, every offset once."""
     with EmbeddedBroker(tmp_path / "own-broker.log") as own:
         conf, log = _setup(own, tmp_path)
         produce(own.bootstrap_servers, "t", batch(0))
@@ -55,7 +60,7 @@ def test_a_short_freeze_is_resumed_and_a_long_one_stops_the_run_cleanly(tmp_path
         try:
             wait_until(lambda: mirrored(log) == 100, 120, "the first records")
             own.pause()
-            time.sleep(12)  # the mirror's offset requests wait, retried by the client
+            time.sleep(TIMEOUT_MS / 2000)  # the offset requests wait, retried by the client
             assert run.poll() is None, errors.read_text()[-3000:]
             own.resume()
             produce(own.bootstrap_servers, "t", batch(100))
@@ -75,7 +80,8 @@ def test_a_short_freeze_is_resumed_and_a_long_one_stops_the_run_cleanly(tmp_path
         stderr = errors.read_text()
         assert run.returncode == 3, stderr[-3000:]
         assert own.bootstrap_servers in stderr
-        assert gave_up >= 25, f"gave up after {gave_up:.0f}s, before the retries ran out"
+        # After the configured bound, not before it and not after the 30 s default.
+        assert TIMEOUT_MS / 1000 - 1 <= gave_up < 30, f"gave up after {gave_up:.0f}s"
         assert sorted(lake_offsets(log)) == sorted((p, o) for p in (0, 1) for o in range(100))
 
         produce(own.bootstrap_servers, "t", batch(200))
