@@ -14,7 +14,7 @@ import pytest
 from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import find_markers, running, write_config
+from tests.integration.helpers import find_markers, lake_offsets, running, write_config
 
 M = 10_000
 
@@ -54,8 +54,11 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
     with running(service) as failures:
         # Steady state first: the deadline is promised to a running mirror, not a cold start.
         produce(broker.bootstrap_servers, topic, [Record(b"warm-up", b"x", 0)])
-        wait_until(lambda: (tmp_path / "lake" / topic / "table" / "_delta_log").exists(), 120,
-                   "the mirror to be running")
+        # The warm-up record mirrored, not merely the tables created (the run creates them at
+        # start): before, a cold first micro-batch could take the whole window (4-5 s here).
+        log_dir = tmp_path / "lake" / topic / "log"
+        wait_until(lambda: (log_dir / "_delta_log").exists() and lake_offsets(str(log_dir)),
+                   120, "the mirror to commit the warm-up record")
         produce(broker.bootstrap_servers, topic, first)
         produce(broker.bootstrap_servers, topic, second + erase)
         superseded_at = time.time() * 1000  # the superseding records' timestamps are <= this
