@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
 
 from checkpoints import ERASE
@@ -34,7 +33,8 @@ from compactor.exceptions import ConfigError, LakeError
 from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
-from compactor.lake.segments import PartitionLog, read_offsets
+from compactor.lake.offset_ranges import read_tombstones
+from compactor.lake.segments import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -147,17 +147,14 @@ class DownstreamEraser:
         keys: list[bytes] = []
         for partition, (lo, hi) in list(ranges.items()):
             try:
-                rows = read_offsets(log_uri, logs[partition], lo, hi, ["key", "value", "offset"],
-                                    self.config.storage)
+                rows = read_tombstones(log_uri, logs[partition], lo, hi, ["key"],
+                                       self.config.storage)
             except LakeError as exc:  # this partition waits; the others go on
                 self.failed[(d.name, partition)] = str(exc)
                 del ranges[partition]
                 continue
             self.failed.pop((d.name, partition), None)
-            if rows.num_rows:
-                tombstones = pc.and_(pc.is_null(rows.column("value")),
-                                     pc.is_valid(rows.column("key")))
-                keys += rows.filter(tombstones).column("key").to_pylist()
+            keys += rows.column("key").to_pylist()
         mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
         if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
             self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})

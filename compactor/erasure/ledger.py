@@ -39,7 +39,7 @@ from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
-from compactor.lake.segments import read_offsets
+from compactor.lake.offset_ranges import read_tombstones
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,10 @@ class ErasureLedger:
         salt = view.table_id.encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
-        found: list[tuple[int, int, bytes, int]] = []
+        deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
+        # Arrow columns per partition, not a Python object per tombstone: a first scan of a
+        # long log can find millions (16-byte digests, about 60 bytes a row in all).
+        found: list[pa.Table] = []
         moved: dict[int, int] = {}
         for partition, plog in view.partitions.items():
             done = LEDGER.read(ledger, partition)
@@ -136,9 +139,8 @@ class ErasureLedger:
             if hi is None or hi <= lo:
                 continue
             try:
-                rows = read_offsets(view.uri, plog, lo, hi,
-                                    ["key", "value", "offset", "timestamp"],
-                                    self._config.storage)
+                rows = read_tombstones(view.uri, plog, lo, hi, ["key", "offset", "timestamp"],
+                                       self._config.storage)
             except LakeError as exc:  # this partition waits; the others go on
                 self.failed[(topic, partition)] = str(exc)
                 continue
@@ -146,31 +148,27 @@ class ErasureLedger:
             moved[partition] = hi
             if not rows.num_rows:
                 continue
-            rows = rows.filter(pc.and_(pc.is_null(rows.column("value")),
-                                       pc.is_valid(rows.column("key"))))
+            n = rows.num_rows
             stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
-            for key, offset, ts in zip(rows.column("key").to_pylist(),
-                                       rows.column("offset").to_pylist(),
-                                       stamps.to_pylist(), strict=True):
-                found.append((partition, offset, key_digest(salt, key), ts))
+            found.append(_rows(
+                "tombstone", n, partition=pa.array([partition] * n, pa.int32()),
+                offset=rows.column("offset").cast(pa.int64()),
+                keyDigest=pa.array([key_digest(salt, k) for k in
+                                    rows.column("key").to_pylist()], pa.binary()),
+                tombstoneTimeMs=stamps,
+                deadlineMs=(pc.add(stamps, deadline) if deadline is not None
+                            else pa.nulls(n, pa.int64())),
+                atMs=pa.array([now] * n, pa.int64())))
         if not found:
             self._scanned.update({(topic, p): hi for p, hi in moved.items()})
             return 0
-        deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
-        table = _rows(
-            "tombstone", len(found),
-            partition=[p for p, _, _, _ in found], offset=[o for _, o, _, _ in found],
-            keyDigest=[d for _, _, d, _ in found], tombstoneTimeMs=[t for _, _, _, t in found],
-            deadlineMs=[t + deadline if deadline is not None else None
-                        for _, _, _, t in found],
-            atMs=[now] * len(found),
-        )
+        table = pa.concat_tables(found)
         txns = [LEDGER.moved_to(hi, p) for p, hi in moved.items()]
         try:  # against the version whose app transactions gave S: a concurrent move fails it
             write_deltalake(ledger, table, mode="append",
                             commit_properties=operations.properties(
                                 operations.RECORD_ERASURES,
-                                f"{len(found)} tombstones of {topic} recorded", txns))
+                                f"{table.num_rows} tombstones of {topic} recorded", txns))
         except CommitFailedError:  # another process (compactor clean) recorded them first
             log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
             return 0
@@ -178,7 +176,7 @@ class ErasureLedger:
             raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
                             f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
-        return len(found)
+        return table.num_rows
 
     def read_upto(self, topic: str) -> dict[int, int]:
         """Per partition, the last log offset whose tombstones this ledger has recorded (as

@@ -38,7 +38,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_state import log_view
-from compactor.lake.segments import read_offsets
+from compactor.lake.offset_ranges import read_offsets
 from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)

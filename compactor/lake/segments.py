@@ -17,9 +17,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from checkpoints import CLEANER, INGEST
-from compactor.exceptions import LakeError
 from compactor.lake.layout import record_bytes_of
-from compactor.lake.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -328,40 +326,3 @@ def read_partition_logs(
     actions = pa.table(table.get_add_actions(flatten=True))
     files = _files_from_actions(actions) if actions.num_rows else []
     return partition_logs(files, table.transaction_version, partitions)
-
-
-def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
-                 columns: list[str], storage: Storage) -> pa.Table:
-    """The log records of one partition with ``after < offset <= upto``, from its files.
-
-    ``columns`` must include ``offset``; a ``partition`` column is added (files do not
-    hold it, it is a partition value).
-    """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from compactor.lake.layout import join
-
-    parts = []
-    for seg in plog.segments:
-        if seg.base_offset > upto or seg.last_offset <= after:
-            continue  # files are in offset order: the whole segment is outside the range
-        for f in seg.files:
-            if f.last_offset <= after or f.first_offset > upto:
-                continue
-            fs, path = storage.filesystem(join(log_uri, f.path))
-            try:
-                table = pq.read_table(path, columns=columns, filesystem=fs)
-            except (OSError, pa.ArrowException) as exc:  # named, for status and the logs
-                raise LakeError(f"cannot read data file {f.path} of partition "
-                                f"{plog.partition}: {exc}") from exc
-            offsets = table.column("offset")
-            table = table.filter(pc.and_(pc.greater(offsets, after),
-                                         pc.less_equal(offsets, upto)))
-            if table.num_rows:
-                parts.append(table.append_column(
-                    "partition", pa.array([plog.partition] * table.num_rows, pa.int32())))
-    if not parts:
-        return pa.schema([*(pa.field(c, pa.null()) for c in columns),
-                          pa.field("partition", pa.int32())]).empty_table()
-    return pa.concat_tables(parts)

@@ -1,0 +1,81 @@
+"""Records of one partition between two offsets, read from its files in bounded batches.
+
+The cleaner's tombstone readers (the erasure ledger, downstream deletes) scan every offset the
+log committed since they last read it: on a first catch-up that is the whole partition. They
+keep only tombstones, so they read batch by batch (a Parquet row group at most) and hold what
+they keep, never a partition's values: their memory is a batch plus the tombstones found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from compactor.exceptions import LakeError
+from compactor.lake.layout import join
+from compactor.lake.segments import PartitionLog
+from compactor.lake.storage import Storage
+
+_BATCH_ROWS = 64 * 1024
+
+
+def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, columns: list[str],
+                 storage: Storage) -> Iterator[pa.RecordBatch]:
+    """The records with ``after < offset <= upto``, in offset order, a batch at a time.
+
+    ``columns`` must include ``offset``. A file that cannot be read raises LakeError naming it.
+    """
+    for seg in plog.segments:
+        if seg.base_offset > upto or seg.last_offset <= after:
+            continue  # files are in offset order: the whole segment is outside the range
+        for f in seg.files:
+            if f.last_offset <= after or f.first_offset > upto:
+                continue
+            fs, path = storage.filesystem(join(log_uri, f.path))
+            try:
+                with fs.open_input_file(path) as source:
+                    for batch in pq.ParquetFile(source).iter_batches(
+                            batch_size=_BATCH_ROWS, columns=columns):
+                        offsets = batch.column("offset")
+                        if f.first_offset <= after or f.last_offset > upto:
+                            batch = batch.filter(pc.and_(pc.greater(offsets, after),
+                                                         pc.less_equal(offsets, upto)))
+                        if batch.num_rows:
+                            yield batch
+            except (OSError, pa.ArrowException) as exc:  # named, for status and the logs
+                raise LakeError(f"cannot read data file {f.path} of partition "
+                                f"{plog.partition}: {exc}") from exc
+
+
+def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
+                 columns: list[str], storage: Storage) -> pa.Table:
+    """The records with ``after < offset <= upto`` as one table, with a ``partition`` column
+    (files do not hold it: it is a partition value). For ranges meant to be held whole."""
+    parts = [pa.Table.from_batches([b]) for b in
+             iter_offsets(log_uri, plog, after, upto, columns, storage)]
+    if not parts:
+        return pa.schema([*(pa.field(c, pa.null()) for c in columns),
+                          pa.field("partition", pa.int32())]).empty_table()
+    table = pa.concat_tables(parts)
+    return table.append_column("partition",
+                               pa.array([plog.partition] * table.num_rows, pa.int32()))
+
+
+def read_tombstones(log_uri: str, plog: PartitionLog, after: int, upto: int,
+                    columns: list[str], storage: Storage) -> pa.Table:
+    """The tombstones (null value, non-null key) with ``after < offset <= upto``: ``columns``
+    of each (without ``value``), read batch by batch so that no value is held."""
+    read = list(dict.fromkeys([*columns, "key", "offset", "value"]))
+    kept = [c for c in read if c != "value"]
+    parts = []
+    for batch in iter_offsets(log_uri, plog, after, upto, read, storage):
+        mask = pc.and_(pc.is_null(batch.column("value")), pc.is_valid(batch.column("key")))
+        found = batch.select(kept).filter(mask)
+        if found.num_rows:
+            parts.append(found)
+    if not parts:
+        return pa.schema([pa.field(c, pa.null()) for c in kept]).empty_table()
+    return pa.Table.from_batches(parts)
