@@ -176,7 +176,7 @@ class ErasureLedger:
             raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
                             f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
-        return table.num_rows
+        return int(table.num_rows)
 
     def read_upto(self, topic: str) -> dict[int, int]:
         """Per partition, the last log offset whose tombstones this ledger has recorded (as
