@@ -249,6 +249,9 @@ def main() -> None:
         rows.append((f"W4 {keys:,} keys: task peak MB ({m['passes']:.0f} passes, map "
                      f"{m['max_map_entries']:,.0f}/{m['map_capacity']:,.0f})",
                      f"{task:.0f}", f"buffer+300 = {limit:.0f}", f"{task / limit:.2f}x"))
+        for step, mb in m["steps_mb"].items():
+            rows.append((f"  {step}: its own peak MB", f"{mb:.0f}", f"{limit:.0f}",
+                         f"{mb / limit:.2f}x"))
     print(f"\n{wl.describe()}; micro-batches of {batch:,} records; {cores()} cores; "
           f"{time.monotonic() - started:.0f}s in all; work dir {work}")
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

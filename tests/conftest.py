@@ -29,36 +29,72 @@ spark.stop()
 """
 
 
-def _class_data_sharing() -> None:
-    import hashlib
-    import subprocess
-    import sys
-    import tempfile
+class _ClassDataSharing:
+    """The archive, made in the background while the unit tests run (they start no JVM)."""
 
-    import pyspark
+    def __init__(self) -> None:
+        self._making: Any = None  # subprocess.Popen while the archive is being made
+        self._archive: Path | None = None
+        self._staging: Path | None = None
 
-    if "SPARK_SUBMIT_OPTS" in os.environ:  # the caller chose the driver's JVM options
-        return
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    key = hashlib.sha256(f"{java}{pyspark.__file__}{pyspark.__version__}".encode()).hexdigest()
-    archive = Path(tempfile.gettempdir()) / f"compactor-tests-{key[:16]}.jsa"
-    if not archive.exists():
-        staging = archive.with_suffix(f".{os.getpid()}.tmp")
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={staging}"}
-        done = subprocess.run([sys.executable, "-c", _CDS_WARMUP], env=env,
-                              capture_output=True, timeout=300,
-                              cwd=Path(__file__).resolve().parent.parent)
-        if done.returncode != 0 or not staging.exists():
-            staging.unlink(missing_ok=True)
-            return  # slower start-ups, same tests
-        os.replace(staging, archive)
-    os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={archive}"
+    def start(self) -> None:
+        import hashlib
+        import subprocess
+        import sys
+        import tempfile
+
+        import pyspark
+
+        if "SPARK_SUBMIT_OPTS" in os.environ:  # the caller chose the driver's JVM options
+            return
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+        key = hashlib.sha256(f"{java}{pyspark.__file__}{pyspark.__version__}".encode())
+        self._archive = Path(tempfile.gettempdir()) / f"compactor-tests-{key.hexdigest()[:16]}.jsa"
+        if self._archive.exists():
+            return
+        self._staging = self._archive.with_suffix(f".{os.getpid()}.tmp")
+        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={self._staging}"}
+        self._making = subprocess.Popen(
+            [sys.executable, "-c", _CDS_WARMUP], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parent.parent)
+
+    def use(self) -> None:
+        """Before the first JVM: wait for the archive, then hand it to every driver JVM."""
+        if self._making is not None:
+            code = self._making.wait(300)
+            self._making = None
+            assert self._staging is not None and self._archive is not None
+            if code != 0 or not self._staging.exists():
+                self._staging.unlink(missing_ok=True)
+                self._archive = None  # slower start-ups, same tests
+            else:
+                os.replace(self._staging, self._archive)
+        if self._archive is not None:
+            os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={self._archive}"
+            self._archive = None
+
+
+_CDS = _ClassDataSharing()
+
+
+def _starts_jvms(item: pytest.Item) -> bool:
+    return "integration" in item.path.parts
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests first: quick feedback, and time for the archive to be made meanwhile."""
+    items.sort(key=_starts_jvms)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Archive before the first JVM, and only when a test will start one."""
-    if any("integration" in item.path.parts for item in session.items):
-        _class_data_sharing()
+    if any(_starts_jvms(item) for item in session.items):
+        _CDS.start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _starts_jvms(item):
+        _CDS.use()
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:

@@ -21,6 +21,7 @@ target's own app transaction).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import time
@@ -89,6 +90,26 @@ def _rows(event: str, n: int, **columns: object) -> pa.Table:
     data = {name: columns.get(name, [None] * n) for name in LEDGER_SCHEMA.names}
     data["event"] = [event] * n
     return pa.table(data, schema=LEDGER_SCHEMA)
+
+
+class DoneIndex:
+    """When a target first finished an offset: the earliest ``at`` of its done events whose
+    ``upto`` covers it. Sorted once, then a binary search per tombstone, so reading a ledger
+    of T tombstones and D done events costs O((T + D) log D), not O(T * D)."""
+
+    def __init__(self, done: list[tuple[int, int]]) -> None:
+        ordered = sorted(done)
+        self._upto = [u for u, _ in ordered]
+        self._earliest: list[int] = [0] * len(ordered)  # min ``at`` over this event and later
+        running: int | None = None
+        for i in range(len(ordered) - 1, -1, -1):
+            at = ordered[i][1]
+            running = at if running is None else min(running, at)
+            self._earliest[i] = running
+
+    def first_done_at(self, offset: int) -> int | None:
+        i = bisect.bisect_left(self._upto, offset)
+        return self._earliest[i] if i < len(self._upto) else None
 
 
 def _finished(events: list[dict[str, Any]]) -> dict[tuple[str, int], list[tuple[int, int]]]:
@@ -255,14 +276,13 @@ class ErasureLedger:
                   finished: dict[tuple[str, int], list[tuple[int, int]]]) -> list[Erasure]:
         out = []
         targets = self.targets(topic)
+        index = {key: DoneIndex(done) for key, done in finished.items()}
+        nothing = DoneIndex([])
         for e in events:
             if e["event"] != "tombstone":
                 continue
-            ends = []
-            for target in targets:
-                done_at = [at for upto, at in finished.get((target, e["partition"]), [])
-                           if upto >= e["offset"]]
-                ends.append(min(done_at) if done_at else None)
+            ends = [index.get((target, e["partition"]), nothing).first_done_at(e["offset"])
+                    for target in targets]
             done = None if None in ends else max(t for t in ends if t is not None)
             out.append(Erasure(e["partition"], e["offset"], e["tombstoneTimeMs"],
                                e["deadlineMs"], done))
