@@ -25,7 +25,10 @@ _CDS_WARMUP = """
 from streaming.session import build_session
 spark = build_session({"spark.master": "local[2]", "spark.ui.enabled": "false"})
 spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().toPandas()
+jvm = spark.sparkContext._gateway.proc
 spark.stop()
+jvm.stdin.close()  # the JVM exits when its stdin closes, and writes the archive as it exits
+jvm.wait(240)
 """
 
 
