@@ -313,3 +313,7 @@ def clean_partition(plan: CleanPlan) -> CleanResult:
         detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return CleanResult(plan.topic, plan.partition, plan.range.first_dirty_offset,
                            stats=stats, error=detail)
+    finally:
+        # Hand the allocator's free pages back: a task's memory is its pass, not the most any
+        # earlier pass of the process once used (mimalloc keeps what it freed otherwise).
+        pa.default_memory_pool().release_unused()
