@@ -63,8 +63,14 @@ class _ClassDataSharing:
 
     def use(self) -> None:
         """Before the first JVM: wait for the archive, then hand it to every driver JVM."""
+        import subprocess
+
         if self._making is not None:
-            code = self._making.wait(300)
+            try:
+                code = self._making.wait(300)
+            except subprocess.TimeoutExpired:
+                self._making.kill()
+                code = None
             self._making = None
             assert self._staging is not None and self._archive is not None
             if code != 0 or not self._staging.exists():

@@ -36,18 +36,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from compactor.cleaner.cleanable import CleanableRange
 from compactor.cleaner.merge import MergeRun, merge_run
 from compactor.cleaner.offset_map import OffsetMap, digests
-from compactor.exceptions import LakeError
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
-from compactor.lake.layout import join
+from compactor.lake.offset_ranges import file_batches
 from compactor.lake.segments import DataFile, Segment, record_sizes
 from compactor.lake.storage import Storage
 
-_BATCH_ROWS = 65_536
 _MAP_COLUMNS = ["key", "offset"]
 _CHECK_COLUMNS = ["key", "value", "offset", "deleteHorizonMs"]
 
@@ -133,14 +130,8 @@ def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
              stats: CleanStats, throttle: Throttler) -> Iterator[pa.RecordBatch]:
     stats.bytes_read += f.size_bytes
     throttle.add(f.size_bytes)
-    try:
-        fs, path = plan.storage.filesystem(join(plan.log_path, f.path))
-        with fs.open_input_file(path) as source:
-            parquet = pq.ParquetFile(source)
-            yield from parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
-    except (OSError, pa.ArrowException) as exc:  # named, so that status can say which file
-        raise LakeError(f"cannot read data file {f.path} of {plan.topic}-{plan.partition}: "
-                        f"{exc}") from exc
+    yield from file_batches(plan.log_path, f, columns, plan.storage,
+                            f"{plan.topic}-{plan.partition}")
 
 
 def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: CleanStats,

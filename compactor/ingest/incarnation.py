@@ -42,8 +42,9 @@ class Incarnations:
         from confluent_kafka.admin import AdminClient
 
         self._config = config
-        self._admin = AdminClient(with_logger(config.kafka_client_config()))
-        self._timeout_s = request_timeout_s(config.kafka_client_config(), 30.0)
+        client_config = config.kafka_client_config()
+        self._admin = AdminClient(with_logger(client_config))
+        self._timeout_s = request_timeout_s(client_config, 30.0)
         self.expected: dict[str, str] = {}
 
     def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:

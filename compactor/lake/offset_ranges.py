@@ -1,4 +1,5 @@
-"""Records of one partition between two offsets, read from its files in bounded batches.
+"""Records of one partition between two offsets, read from its files in bounded batches
+(and one file's batches, which the cleaner reads too).
 
 The cleaner's tombstone readers (the erasure ledger, downstream deletes) scan every offset the
 log committed since they last read it: on a first catch-up that is the whole partition. They
@@ -16,10 +17,23 @@ import pyarrow.parquet as pq
 
 from compactor.exceptions import LakeError
 from compactor.lake.layout import join
-from compactor.lake.segments import PartitionLog
+from compactor.lake.segments import DataFile, PartitionLog
 from compactor.lake.storage import Storage
 
-_BATCH_ROWS = 64 * 1024
+BATCH_ROWS = 64 * 1024
+
+
+def file_batches(log_uri: str, f: DataFile, columns: list[str] | None, storage: Storage,
+                 owner: str, use_threads: bool = True) -> Iterator[pa.RecordBatch]:
+    """One data file's records, a batch (at most a row group) at a time; a file that cannot be
+    read raises LakeError naming it and ``owner`` (its topic-partition, for status)."""
+    try:
+        fs, path = storage.filesystem(join(log_uri, f.path))
+        with fs.open_input_file(path) as source:
+            yield from pq.ParquetFile(source).iter_batches(
+                batch_size=BATCH_ROWS, columns=columns, use_threads=use_threads)
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot read data file {f.path} of {owner}: {exc}") from exc
 
 
 def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, columns: list[str],
@@ -34,36 +48,29 @@ def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, column
         for f in seg.files:
             if f.last_offset <= after or f.first_offset > upto:
                 continue
-            fs, path = storage.filesystem(join(log_uri, f.path))
-            try:
-                with fs.open_input_file(path) as source:
-                    for batch in pq.ParquetFile(source).iter_batches(
-                            batch_size=_BATCH_ROWS, columns=columns, use_threads=False):
-                        offsets = batch.column("offset")
-                        if f.first_offset <= after or f.last_offset > upto:
-                            batch = batch.filter(pc.and_(pc.greater(offsets, after),
-                                                         pc.less_equal(offsets, upto)))
-                        if batch.num_rows:
-                            yield batch
-                # One thread, and the allocator's free pages handed back after each file:
-                # otherwise mimalloc keeps what decoding freed, and a first catch-up's resident
-                # memory grew with the log (100 -> 221 MB from 100k to 1.6M keys, no tombstone).
-                pa.default_memory_pool().release_unused()
-            except (OSError, pa.ArrowException) as exc:  # named, for status and the logs
-                raise LakeError(f"cannot read data file {f.path} of partition "
-                                f"{plog.partition}: {exc}") from exc
+            # One thread, and the allocator's free pages handed back after each file: otherwise
+            # mimalloc keeps what decoding freed, and a first catch-up's resident memory grew
+            # with the log (100 -> 221 MB from 100k to 1.6M keys, no tombstone).
+            for batch in file_batches(log_uri, f, columns, storage,
+                                      f"partition {plog.partition}", use_threads=False):
+                if f.first_offset <= after or f.last_offset > upto:
+                    offsets = batch.column("offset")
+                    batch = batch.filter(pc.and_(pc.greater(offsets, after),
+                                                 pc.less_equal(offsets, upto)))
+                if batch.num_rows:
+                    yield batch
+            pa.default_memory_pool().release_unused()
 
 
 def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
                  columns: list[str], storage: Storage) -> pa.Table:
     """The records with ``after < offset <= upto`` as one table, with a ``partition`` column
     (files do not hold it: it is a partition value). For ranges meant to be held whole."""
-    parts = [pa.Table.from_batches([b]) for b in
-             iter_offsets(log_uri, plog, after, upto, columns, storage)]
-    if not parts:
+    batches = list(iter_offsets(log_uri, plog, after, upto, columns, storage))
+    if not batches:
         return pa.schema([*(pa.field(c, pa.null()) for c in columns),
                           pa.field("partition", pa.int32())]).empty_table()
-    table = pa.concat_tables(parts)
+    table = pa.Table.from_batches(batches)
     return table.append_column("partition",
                                pa.array([plog.partition] * table.num_rows, pa.int32()))
 
