@@ -12,6 +12,7 @@ from checkpoints.positions import (
     LEDGER,
     REWRITE,
     TABLE,
+    TYPED,
     UNCLEANABLE,
     WRITER,
     Position,
@@ -19,7 +20,7 @@ from checkpoints.positions import (
 )
 
 __all__ = [
-    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "REWRITE", "TABLE",
+    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "REWRITE", "TABLE", "TYPED",
     "UNCLEANABLE",
     "WRITER", "Position", "query_checkpoint",
 ]

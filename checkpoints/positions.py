@@ -13,6 +13,8 @@ position                where it lives                     its version
 ``REWRITE``             ``L/T/log``                        commits of the partition's cleaner
                                                            tasks so far (a fence)
 ``TABLE``               ``L/T/table``                      last log offset merged
+``TYPED``               ``L/T/rejected``                   last log offset whose type changes
+                                                           (typed formats) are reported
 ``LEDGER``              the erasure ledger table           last log offset whose tombstones
                                                            are recorded
 ``ERASE``               each downstream table              last log offset whose tombstones are
@@ -68,6 +70,8 @@ REWRITE = Position("compactor-rewrite-{partition}", "L/T/log",
                    "commits of the partition's cleaner tasks so far: a fence, since a segment "
                    "rewrite moves no checkpoint")
 TABLE = Position("compactor-table-{partition}", "L/T/table", "last log offset merged")
+TYPED = Position("compactor-typed-{partition}", "L/T/rejected",
+                 "last log offset whose records of an unmergeable schema are reported")
 LEDGER = Position("compactor-ledger-{partition}", "the erasure ledger",
                   "last log offset whose tombstones are recorded")
 ERASE = Position("compactor-erase-{topic}-{partition}", "each downstream table",
@@ -78,7 +82,7 @@ UNCLEANABLE = Position("compactor-uncleanable-{partition}", "L/T/log",
 CLEANABLE = Position("compactor-cleanable-{partition}", "L/T/log",
                      "epoch ms when that failure was cleared by a successful pass")
 
-ALL = (INGEST, CLEANER, REWRITE, TABLE, LEDGER, ERASE, WRITER, UNCLEANABLE, CLEANABLE)
+ALL = (INGEST, CLEANER, REWRITE, TABLE, TYPED, LEDGER, ERASE, WRITER, UNCLEANABLE, CLEANABLE)
 
 
 def query_checkpoint(checkpoint_path: str) -> str:

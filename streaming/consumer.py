@@ -178,4 +178,9 @@ def write_range(
         client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
         poll_timeout_ms, fail_on_data_loss,
     )
-    return append_batches(plan, (messages_to_batch(m) for m in messages))
+    try:
+        return append_batches(plan, (messages_to_batch(m) for m in messages))
+    finally:
+        # pyarrow's allocator (mimalloc) keeps freed pages; a reused worker would hold the
+        # high-water mark of every range it ever wrote.
+        pa.default_memory_pool().release_unused()

@@ -24,6 +24,7 @@ from compactor import exceptions as errors
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import TombstoneReaders
 from compactor.exceptions import CompactorError
+from compactor.formats import exceptions as format_errors
 from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges
 from compactor.kafka.offsets import OffsetReader
@@ -60,10 +61,12 @@ def starting_offsets(config: CompactorConfig) -> str:
     return json.dumps(offsets)
 
 
-_ERROR_LINE = re.compile(r"(?:compactor\.exceptions\.|streaming\.exceptions\.)?(\w+Error): (.+)")
+_ERROR_LINE = re.compile(
+    r"(?:compactor\.exceptions\.|compactor\.formats\.exceptions\.|streaming\.exceptions\.)?"
+    r"(\w+Error): (.+)")
 _ERROR_CLASSES: dict[str, type[CompactorError]] = {
     name: cls
-    for module in (errors, streaming_errors)
+    for module in (errors, format_errors, streaming_errors)
     for name, cls in vars(module).items()
     if isinstance(cls, type) and issubclass(cls, CompactorError) and cls is not errors.ConfigError
 }
@@ -167,10 +170,11 @@ class Mirror:
             return
         with self.commit_lock:
             for topic in due:
-                merged = catch_up(self.config.lake_path, topic, self.config.storage)
+                merged = catch_up(self.config.lake_path, topic, self.config.storage,
+                                  self.config.format(topic))
                 if merged.tombstones:
                     self.ledger.record_done(topic, "table", merged.merged_upto)
-                if merged.updated or merged.deleted:
+                if merged.updated or merged.deleted or merged.rejected_erased:
                     for hook in self.table_hooks:
                         hook(topic)
                 self._last_merge[topic] = time.monotonic()

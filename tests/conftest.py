@@ -127,6 +127,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def schema_registry() -> Iterator[Any]:
+    """The embedded Schema Registry (Confluent's REST API) on a free localhost port."""
+    from compactor.ops.schema_registry import EmbeddedSchemaRegistry
+
+    with EmbeddedSchemaRegistry() as registry:
+        yield registry
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from streaming.session import build_session
 

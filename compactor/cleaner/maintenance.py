@@ -382,12 +382,13 @@ class LogMaintenance:
         return True
 
     def _vacuum_topic(self, topic: str) -> int:
-        """Vacuum the topic's log and latest-value table; returns the files deleted."""
+        """Vacuum the topic's log, latest-value table and rejected records (they hold keys
+        and values too); returns the files deleted."""
         paths = topic_paths(self._config.lake_path, topic)
         tc = self._config.topic(topic)
         grace = tc.vacuum_grace_ms
         deleted = 0
-        ours = [paths.log, paths.table]
+        ours = [paths.log, paths.table, paths.rejected]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
         for path in ours + theirs:
             try:

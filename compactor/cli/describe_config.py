@@ -22,6 +22,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     describe.set_defaults(func=command)
 
 
+def _registry_value(key: str, value: str) -> str:
+    """basic.auth.user.info is 'user:password': the user is shown, the password is not."""
+    if key == "basic.auth.user.info" and ":" in value:
+        return value.split(":", 1)[0] + ":[redacted]"
+    return redacted(key, value)
+
+
 def command(args: argparse.Namespace) -> int:
     from compactor.config import TOPIC_KEYS, load_config, resolve_config
 
@@ -40,6 +47,9 @@ def command(args: argparse.Namespace) -> int:
         **{f"kafka.{k}": redacted(k, v) for k, v in sorted(config.kafka.items())},
         **{k: redacted(k, v) for k, v in sorted(config.spark.items())},
         **{f"lake.storage.{k}": redacted(k, v) for k, v in sorted(config.storage.options.items())},
+        **{f"schema.registry.{k}": _registry_value(k, v)
+           for k, v in sorted(next(iter(config.formats.values())).registry.items())
+           if config.formats},
     }
     # A value from ${env:...} or ${file:...} is shown as written, never as what it resolved to.
     pipeline |= {k: v for k, v in config.written.items() if k in pipeline}
@@ -59,6 +69,12 @@ def command(args: argparse.Namespace) -> int:
             key: {"value": values[key], "source": tc.sources.get(key, "kafka default")}
             for key in TOPIC_KEYS
         }
+        fmt = config.format(name)
+        for side, rf in (("key", fmt.key), ("value", fmt.value)):
+            described[name][f"{side}.format"] = {"value": rf.name, "source": "file" if rf.typed
+                                                 else "default"}
+            if rf.schema:
+                described[name][f"{side}.schema"] = {"value": rf.schema, "source": "file"}
     warnings = {name: w for name in topics if (w := config.topic(name).deadline_warning)}
     merge_ms = {name: config.table_merge_ms(name) for name in topics}
     if args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from compactor.cli.common import overrides
 
@@ -27,13 +28,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     read.add_argument("--from-offset", metavar="P:O,...",
                       help="start partition P at offset O (others from the log start)")
     read.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
-    read.add_argument("--key-format", choices=["string", "hex", "base64", "json"],
-                      default="string", help="how to print keys (default UTF-8 string)")
-    read.add_argument("--value-format", choices=["string", "hex", "base64", "json"],
-                      default="string", help="how to print values and header values")
+    read.add_argument("--key-format", choices=["topic", "string", "hex", "base64", "json"],
+                      default="topic", help="how to print keys; 'topic' (default): decoded "
+                      "with the topic's key.format (avro, json, ...), or as a UTF-8 string")
+    read.add_argument("--value-format", choices=["topic", "string", "hex", "base64", "json"],
+                      default="topic", help="how to print values; 'topic' (default): decoded "
+                      "with the topic's value.format, or as a UTF-8 string. A record that "
+                      "does not decode is printed as base64 with a value_error field")
     read.add_argument("--latest", action="store_true",
                       help="the latest-value table: one row per live key")
     read.set_defaults(func=command)
+
+
+def _decoders(config: Any, args: argparse.Namespace) -> tuple[Any, str, str]:
+    """The decoders ``--key-format topic`` / ``--value-format topic`` ask for, and the byte
+    formats for the rest (a UTF-8 string where the topic keeps bytes)."""
+    from compactor.formats import Decoder
+
+    fmt = config.format(args.topic)
+    registry = dict(fmt.registry)
+    key = (Decoder(fmt.key, registry, args.topic, True)
+           if args.key_format == "topic" and fmt.key.typed else None)
+    value = (Decoder(fmt.value, registry, args.topic, False)
+             if args.value_format == "topic" and fmt.value.typed else None)
+    key_format = "string" if args.key_format == "topic" else args.key_format
+    value_format = "string" if args.value_format == "topic" else args.value_format
+    return (key, value), key_format, value_format
 
 
 def command(args: argparse.Namespace) -> int:
@@ -47,6 +67,7 @@ def command(args: argparse.Namespace) -> int:
               f"(topics={','.join(config.topics)})", file=sys.stderr)
         return 2
     starts = parse_from_offsets(args.from_offset)
+    decoders, key_format, value_format = _decoders(config, args)
     if args.latest:
         if starts:
             print("compactor: error: --from-offset applies to the log, not to --latest",
@@ -55,13 +76,17 @@ def command(args: argparse.Namespace) -> int:
         latest = open_latest(config.lake_path, args.topic,
                              storage_options=config.storage.options)
         batches = latest.table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-        count = write(batches.to_batches(), sys.stdout, args.format, args.key_format,
-                      args.value_format)
+        if any(decoders):  # decoded like the log's records; its typed columns are the same
+            batches = batches.select([c for c in batches.column_names
+                                      if c in ("key", "value", "topic", "partition", "offset",
+                                               "timestamp", "timestampType", "headers")])
+        count = write(batches.to_batches(), sys.stdout, args.format, key_format,
+                      value_format, decoders)
         version, ends = latest.version, latest.next_offsets
     else:
         snap = open_log(config.lake_path, args.topic, storage_options=config.storage.options)
-        count = write(snap.batches(starts), sys.stdout, args.format, args.key_format,
-                      args.value_format)
+        count = write(snap.batches(starts), sys.stdout, args.format, key_format,
+                      value_format, decoders)
         version, ends = snap.version, snap.next_offsets
     sys.stdout.flush()
     log.info("%d records from version %d of %s; next offsets to consume from Kafka: %s",

@@ -133,8 +133,12 @@ PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
     "group.id": (str.strip, _any, ""),
 }
 _BROKER_ONLY = {k for aliases in BROKER_ALIASES.values() for k, _ in aliases}
+# Read by compactor.config.formats: how keys and values are decoded (plain or topic.<name>.).
+FORMAT_KEYS = ("key.format", "value.format", "key.schema", "value.schema")
 KNOWN_KEYS = frozenset(
     set(TOPIC_KEYS)
+    | set(FORMAT_KEYS)
+    | {"schema.registry.url"}
     | {t.broker_key for t in TOPIC_KEYS.values()}
     | _BROKER_ONLY
     | set(CLEANER_KEYS)

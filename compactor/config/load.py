@@ -11,6 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from compactor.config.formats import FORMAT_KEYS, REGISTRY_PREFIX, topic_formats
 from compactor.config.keys import (
     BROKER_ALIASES,
     CLEANER_KEYS,
@@ -80,7 +81,7 @@ def _unknown(key: str, value: str) -> ConfigError:
 def _split_topic_key(key: str) -> tuple[str, str] | None:
     """``topic.orders.v1.segment.ms`` -> (``orders.v1``, ``segment.ms``); topic names hold dots."""
     rest = key[len("topic.") :]
-    for name in sorted(TOPIC_KEYS, key=len, reverse=True):
+    for name in sorted([*TOPIC_KEYS, *FORMAT_KEYS], key=len, reverse=True):
         if rest.endswith("." + name) and len(rest) > len(name) + 1:
             return rest[: -len(name) - 1], name
     return None
@@ -112,6 +113,9 @@ class _Sorted:
     # "" -> every topic, a topic name -> that topic, "log" -> broker-wide defaults
     layers: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}, "log": {}})
     broker_raw: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)  # key.format etc. for every topic
+    topic_formats: dict[str, dict[str, str]] = field(default_factory=dict)
+    registry: dict[str, str] = field(default_factory=dict)  # schema.registry.* less prefix
 
 
 def _group_for(lake: str) -> str:
@@ -128,6 +132,10 @@ def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
             out.kafka[key[len("kafka.") :]] = value
         elif key.startswith("spark."):
             out.spark[key] = value
+        elif key.startswith(REGISTRY_PREFIX):
+            out.registry[key[len(REGISTRY_PREFIX) :]] = value.strip()
+        elif key in FORMAT_KEYS:
+            out.formats[key] = value
         elif key.startswith("lake.storage."):
             out.storage[key[len("lake.storage.") :]] = value
         elif key.startswith("topic."):
@@ -135,6 +143,9 @@ def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
             if split is None:
                 raise _unknown(key, value)
             topic, name = split
+            if name in FORMAT_KEYS:
+                out.topic_formats.setdefault(topic, {})[name] = value
+                continue
             spec = TOPIC_KEYS[name]
             out.layers.setdefault(topic, {})[name] = parse_value(
                 key, value, spec.parse, spec.check)
@@ -246,6 +257,8 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         cleaner=CleanerConfig(**keys.cleaner),
         topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in keys.layers.items()}),
         downstream=_downstream(raw, topics),
+        formats=MappingProxyType(topic_formats(topics, keys.formats, keys.topic_formats,
+                                               keys.registry)),
     )
     for topic in topics:
         resolve_topic(config, topic, {})

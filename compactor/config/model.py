@@ -9,6 +9,7 @@ from typing import Any
 
 from compactor.config.keys import LONG_MAX
 from compactor.exceptions import ConfigError
+from compactor.formats import TopicFormat
 from compactor.lake.storage import LOCAL, Storage
 
 TABLE_MERGE_DEFAULT_MS = 10_000
@@ -171,6 +172,7 @@ class CompactorConfig:
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     topic_configs: Mapping[str, TopicConfig] = field(default_factory=dict)
     downstream: tuple[DownstreamTable, ...] = ()
+    formats: Mapping[str, TopicFormat] = field(default_factory=dict)  # topic -> its formats
     # Typed user-given topic values: "" -> every topic, topic name -> that topic, and
     # "log" -> broker-wide defaults keyed by the topic key they default.
     topic_layers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
@@ -185,6 +187,10 @@ class CompactorConfig:
             raise ConfigError(
                 "topic", name, "is not one of the configured topics", f"topics={self.topics}"
             ) from None
+
+    def format(self, topic: str) -> TopicFormat:
+        """How ``topic``'s keys and values are decoded (bytes when not configured)."""
+        return self.formats.get(topic) or TopicFormat()
 
     def table_merge_ms(self, topic: str) -> int:
         """How long ``topic``'s latest-value table may lag its log.

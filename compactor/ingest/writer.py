@@ -35,13 +35,15 @@ from deltalake import DeltaTable
 from checkpoints import INGEST, WRITER
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
+from compactor.formats import TopicFormat
+from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker, rejected_rows
 from compactor.lake import fencing, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     REJECTED_SCHEMA,
-    TIMESTAMP_TYPE,
+    ensure_rejected,
     ensure_table,
     topic_paths,
 )
@@ -51,7 +53,6 @@ from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)
 
-NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
 _FLUSH_BYTES = 64 * 1024 * 1024
 
 
@@ -73,6 +74,7 @@ class PartitionPlan:
     compact: bool
     now_ms: int
     storage: Storage
+    formats: TopicFormat = field(default_factory=TopicFormat)
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,9 @@ def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> Written
     )
 
 
-def _rejected_file(plan: PartitionPlan, batches: list[pa.RecordBatch]) -> WrittenFile:
-    table = pa.Table.from_batches(batches)
-    n = table.num_rows
-    table = table.append_column("reason", pa.array([NULL_KEY_REASON] * n, pa.string()))
-    table = table.append_column(
-        "rejectedAt", pa.array([plan.now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE)
-    )
-    sizes = sum(int(record_sizes(b).sum()) for b in batches)
+def _rejected_file(plan: PartitionPlan, tables: list[pa.Table]) -> WrittenFile:
+    table = pa.concat_tables(tables).sort_by("offset")
+    sizes = int(record_sizes(table).sum())
     return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
 
 
@@ -118,9 +115,10 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
     committed = plan.committed_offset if plan.committed_offset is not None else -1
     roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
     buffers: dict[int, _SegmentBuffer] = {}
-    rejected: list[pa.RecordBatch] = []
+    rejected: list[pa.Table] = []
     files: list[WrittenFile] = []
     rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
+    checker = RecordChecker(plan.formats, plan.topic) if plan.formats.typed else None
 
     for batch in batches:
         batch = batch.filter(pc.greater(batch.column("offset"), committed))
@@ -132,10 +130,15 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
                 bad = batch.filter(null_key)
                 bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
                 if bad.num_rows:
-                    rejected.append(bad)
+                    rejected.append(rejected_rows(bad, NULL_KEY_REASON, None, plan.now_ms))
                 batch = batch.filter(pc.invert(null_key))
                 if batch.num_rows == 0:
                     continue
+        if checker is not None:  # undecodable records stay in the log and are reported
+            bad_rows = checker.undecodable(
+                batch.filter(pc.greater(batch.column("offset"), rejected_floor)), plan.now_ms)
+            if bad_rows is not None:
+                rejected.append(bad_rows)
         sizes = record_sizes(batch)
         micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
         segments = roller.assign_batch(
@@ -173,8 +176,7 @@ def plan_ranges(
             ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
             view = log_view(paths.log, config.storage, [p for p, _, _ in parts])
         assert view is not None  # created just above
-        rejected_table = ensure_table(paths.rejected, REJECTED_SCHEMA, None,
-                                      storage=config.storage)
+        rejected_table = ensure_rejected(paths.rejected, storage=config.storage)
         logs = view.partitions
         for partition, start, end in sorted(parts):
             plog = logs[partition]
@@ -187,7 +189,7 @@ def plan_ranges(
                 rejected_offset=INGEST.read(rejected_table, partition),
                 active=plog.writer_segment(tc.roll_ms, now_ms),
                 segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
-                now_ms=now_ms, storage=config.storage,
+                now_ms=now_ms, storage=config.storage, formats=config.format(topic),
             ))
     return plans
 

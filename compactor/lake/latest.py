@@ -12,6 +12,15 @@ Commit protocol of a catch-up, per topic:
    merged partition's app transaction to L: a newer value updates or inserts, a newer
    tombstone deletes. A crash before the commit changes nothing; the next catch-up redoes it.
 
+A topic with typed formats (``key.format`` / ``value.format``) decodes the range's records
+between steps 2 and 3 (:mod:`compactor.formats`): records that do not decode are left out
+(ingest already reported them to ``L/T/rejected``), so a key keeps its last value that did;
+records of a schema that would change a column's type are left out and reported to
+``L/T/rejected`` (:func:`~compactor.lake.rejected.report_type_changes`, exactly once); the
+decoded fields become typed columns, and a schema with new fields adds columns to the table
+in the MERGE's own commit. Before step 4, the range's tombstones delete their keys' older
+rows from ``L/T/rejected`` (:func:`~compactor.lake.rejected.erase_keys`).
+
 The catch-up is driven by the versions alone, so it also repairs a table that lags after a
 crash between a log commit and its MERGE. The table lags by design (``table.merge.interval.ms``),
 so the cleaner keeps every tombstone past the table's ``compactor-table-<partition>`` whatever its
@@ -22,6 +31,7 @@ The MERGE predicate names columns only; no key bytes ever reach the Delta log.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +40,8 @@ import pyarrow.compute as pc
 
 from checkpoints import TABLE
 from compactor.exceptions import LakeError
+from compactor.formats import Decoder, TopicFormat
+from compactor.formats.columns import typed_columns
 from compactor.lake import operations
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
@@ -39,6 +51,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_state import log_view
 from compactor.lake.offset_ranges import read_offsets
+from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
 from compactor.lake.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -57,6 +70,10 @@ class LatestStats:
     deleted: int = 0
     tombstones: int = 0
     merged_upto: dict[int, int] = field(default_factory=dict)  # partition -> last offset
+    left_out: int = 0  # typed topics: records that did not decode (reported at ingest)
+    type_changes: int = 0  # records of a schema the table cannot merge (reported now)
+    columns_added: tuple[str, ...] = ()
+    rejected_erased: int = 0  # rows of L/T/rejected deleted by tombstones
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -88,7 +105,57 @@ def latest_per_key(records: pa.Table) -> pa.Table:
     return records.filter(pa.concat_arrays([last_of_key, pa.array([True])]))
 
 
-def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
+_DECODERS: dict[tuple[object, ...], tuple[Decoder | None, Decoder | None]] = {}
+
+
+def _decoders(topic: str, formats: TopicFormat) -> tuple[Decoder | None, Decoder | None]:
+    """One pair per topic and formats for the process: the registry client caches schemas."""
+    ident = (topic, formats.key, formats.value, tuple(sorted(formats.registry.items())))
+    if ident not in _DECODERS:
+        registry = dict(formats.registry)
+        _DECODERS[ident] = (
+            Decoder(formats.key, registry, topic, True) if formats.key.typed else None,
+            Decoder(formats.value, registry, topic, False) if formats.value.typed else None)
+    return _DECODERS[ident]
+
+
+@dataclass
+class _Typed:
+    records: pa.Table  # the records that go on to the MERGE, with typed columns
+    left_out: int
+    changes: pa.Table | None  # rows for L/T/rejected
+    added: list[str]
+
+
+def _decode(records: pa.Table, topic: str, formats: TopicFormat, table_schema: pa.Schema,
+            now_ms: int) -> _Typed:
+    """Typed columns for ``records``; records that do not decode or merge are left out."""
+    existing = pa.schema([f for f in table_schema if f.name not in KAFKA_SCHEMA.names])
+    live = pc.is_valid(records.column("value"))
+    decoded = []
+    for side, decoder in zip(("key", "value"), _decoders(topic, formats), strict=True):
+        if decoder is not None:
+            column = records.column(side).combine_chunks()
+            decoded.append((side, decoder.decode(pc.if_else(live, column,
+                                                             pa.scalar(None, column.type)))))
+    typed = typed_columns(records.num_rows, decoded, existing)
+    keep = [not (lv and (f is not None or c is not None)) for lv, f, c
+            in zip(live.to_pylist(), typed.failed, typed.type_changes, strict=True)]
+    changed = [i for i, c in enumerate(typed.type_changes) if c is not None]
+    changes = None
+    if changed:
+        picked = pa.array(changed, pa.int64())
+        changes = rejected_rows(records.take(picked), [typed.type_changes[i] for i in changed],
+                                [typed.schema_ids[i] for i in changed], now_ms)
+    for name in typed.table.column_names:
+        records = records.append_column(name, typed.table.column(name))
+    mask = pa.array(keep)
+    return _Typed(records.filter(mask), keep.count(False) - len(changed), changes,
+                  typed.added)
+
+
+def catch_up(lake_path: str, topic: str, storage: Storage,
+             formats: TopicFormat | None = None, now_ms: int = 0) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
@@ -112,12 +179,28 @@ def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
     if not ranges:
         return LatestStats()
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
+    read = records.num_rows
+    typed = None
+    if formats is not None and formats.typed and records.num_rows:
+        typed = _decode(records, topic, formats, pa.schema(table.schema().to_arrow()),
+                        now_ms or int(time.time() * 1000))
+        records = typed.records
+        if typed.changes is not None:
+            report_type_changes(paths.rejected, typed.changes,
+                                {p: hi for p, (_, hi) in ranges.items()}, storage)
+        if typed.added:
+            log.info("table %s: new columns from a new schema: %s", topic,
+                     ", ".join(typed.added))
+    tombstones = records.filter(pc.is_null(records.column("value")))
+    erased = erase_keys(paths.rejected, latest_per_key(tombstones), storage) \
+        if tombstones.num_rows else 0
     source = latest_per_key(records)
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
     try:
         metrics = (
             storage.table(paths.table).merge(
                 source, predicate="t.key = s.key", source_alias="s", target_alias="t",
+                merge_schema=bool(typed and typed.added),
                 commit_properties=operations.properties(
                     operations.MERGE_LATEST, f"latest values of {topic} up to the log", txns),
             )
@@ -129,12 +212,16 @@ def catch_up(lake_path: str, topic: str, storage: Storage) -> LatestStats:
     except Exception as exc:
         raise LakeError(f"MERGE into {paths.table} failed: {exc}") from exc
     stats = LatestStats(
-        records=records.num_rows, keys=source.num_rows,
+        records=read, keys=source.num_rows,
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),
         deleted=int(metrics.get("num_target_rows_deleted", 0)),
         tombstones=records.column("value").null_count,
         merged_upto={p: hi for p, (_, hi) in ranges.items()},
+        left_out=typed.left_out if typed else 0,
+        type_changes=typed.changes.num_rows if typed and typed.changes is not None else 0,
+        columns_added=tuple(typed.added) if typed else (),
+        rejected_erased=erased,
     )
     log.info("table %s: merged %d keys (%d inserted, %d updated, %d deleted)", topic,
              stats.keys, stats.inserted, stats.updated, stats.deleted)

@@ -39,7 +39,8 @@ LOG_SCHEMA = pa.schema(
 )
 LOG_PARTITION_COLUMNS = ["partition", "segment"]
 REJECTED_SCHEMA = pa.schema(
-    [*KAFKA_FIELDS, pa.field("reason", pa.string()), pa.field("rejectedAt", TIMESTAMP_TYPE)]
+    [*KAFKA_FIELDS, pa.field("reason", pa.string()), pa.field("rejectedAt", TIMESTAMP_TYPE),
+     pa.field("schemaId", pa.int32())]  # the registry schema id a record named, if any
 )
 
 # Statistics may name these columns only: key and value bytes in the transaction log would
@@ -130,6 +131,21 @@ def read_table(table: DeltaTable, columns: list[str] | None = None) -> pa.Table:
     ``DeltaTable.to_pyarrow_table()`` makes the process abort at exit ("terminate called
     without an active exception"), which would turn exit codes into 134."""
     return table.to_pyarrow_dataset().to_table(columns=columns)
+
+
+def ensure_rejected(path: str, *, storage: Storage) -> DeltaTable:
+    """``L/T/rejected``, created, or given the ``schemaId`` column tables made before typed
+    formats lack (a metadata-only change; old rows read it as null)."""
+    table = ensure_table(path, REJECTED_SCHEMA, None, storage=storage)
+    if "schemaId" not in table.schema().to_arrow().names:
+        from deltalake.schema import Field, PrimitiveType
+
+        try:
+            table.alter.add_columns([Field("schemaId", PrimitiveType("integer"), nullable=True)])
+        except Exception as exc:
+            raise LakeError(f"cannot add column schemaId to {path}: {exc}") from exc
+        table = storage.table(path)
+    return table
 
 
 def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,

@@ -18,9 +18,12 @@ from typing import IO, Any
 import pyarrow as pa
 
 from compactor.exceptions import CompactorError
+from compactor.formats import Decoder
 
 FORMATS = ("jsonl", "csv")
 BYTE_FORMATS = ("string", "hex", "base64", "json")
+_KAFKA_COLUMNS = frozenset(["key", "value", "topic", "partition", "offset", "timestamp",
+                            "timestampType", "headers", "segment", "deleteHorizonMs"])
 CSV_COLUMNS = ["partition", "offset", "timestamp_ms", "key", "value", "headers"]
 
 
@@ -68,25 +71,52 @@ def _bytes(data: bytes | None, fmt: str, what: str, where: str) -> Any:
             f"with --{what.split()[0]}-format string") from None
 
 
+def _decoded(batch: pa.RecordBatch, decoder: Decoder | None, side: str,
+             ) -> list[tuple[Any, str | None]] | None:
+    """Per row of ``batch``: (decoded value, None) or (None, why it did not decode)."""
+    if decoder is None:
+        return None
+    result = decoder.decode(batch.column(side))
+    out: list[tuple[Any, str | None]] = [(None, r) for r in result.reasons]
+    for group in result.groups:
+        for row, value in zip(group.rows, group.array().to_pylist(), strict=True):
+            out[row] = (value, None)
+    return out
+
+
 def render(rows: Iterable[dict[str, Any]], key_format: str, value_format: str,
+           decoded: tuple[list[tuple[Any, str | None]] | None, ...] = (None, None),
            ) -> Iterator[dict[str, Any]]:
-    """Records with their bytes turned into printable values, in order."""
-    for row in rows:
+    """Records with their bytes turned into printable values, in order; ``decoded``: the
+    keys' and values' decoded forms (the topic's formats), where the topic has them."""
+    for i, row in enumerate(rows):
         where = f"partition {row['partition']} offset {row['offset']}"
         ts = row["timestamp"]
-        yield {
+        record: dict[str, Any] = {
             "partition": row["partition"], "offset": row["offset"],
-            "timestamp_ms": None if ts is None else int(ts.timestamp() * 1000),
-            "key": _bytes(row["key"], key_format, "key", where),
-            "value": _bytes(row["value"], value_format, "value", where),
-            "headers": [[h["key"], _bytes(h["value"], value_format, "value of a header", where)]
-                        for h in row["headers"] or []],
-        }
+            "timestamp_ms": None if ts is None else int(ts.timestamp() * 1000)}
+        for side, fmt, column in (("key", key_format, decoded[0]),
+                                  ("value", value_format, decoded[1])):
+            if column is None or row[side] is None:
+                record[side] = _bytes(row[side], fmt, side, where)
+                continue
+            value, why = column[i]
+            record[side] = value if why is None else base64.b64encode(row[side]).decode()
+            if why is not None:  # printed as base64, with the reason it did not decode
+                record[f"{side}_error"] = why
+        header_format = "base64" if decoded[1] is not None else value_format
+        record["headers"] = [[h["key"], _bytes(h["value"], header_format, "value of a header",
+                                               where)] for h in row["headers"] or []]
+        # the latest-value table's typed columns, when the topic has them
+        record |= {k: v for k, v in row.items() if k not in _KAFKA_COLUMNS}
+        yield record
 
 
 def write(batches: Iterable[pa.RecordBatch], out: IO[str], fmt: str = "jsonl",
-          key_format: str = "string", value_format: str = "string") -> int:
-    """Print every record of ``batches``; returns how many."""
+          key_format: str = "string", value_format: str = "string",
+          decoders: tuple[Decoder | None, Decoder | None] = (None, None)) -> int:
+    """Print every record of ``batches``; returns how many. ``decoders`` (the topic's key
+    and value formats) print decoded keys and values instead of their bytes."""
     if fmt not in FORMATS:
         raise RecordFormatError(f"--format {fmt!r}: must be one of {', '.join(FORMATS)}")
     for name, value in (("--key-format", key_format), ("--value-format", value_format)):
@@ -97,9 +127,11 @@ def write(batches: Iterable[pa.RecordBatch], out: IO[str], fmt: str = "jsonl",
         writer.writerow(CSV_COLUMNS)
     count = 0
     for batch in batches:
-        for record in render(batch.to_pylist(), key_format, value_format):
+        decoded = (_decoded(batch, decoders[0], "key"), _decoded(batch, decoders[1], "value"))
+        for record in render(batch.to_pylist(), key_format, value_format, decoded):
             if writer is None:
-                out.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+                out.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False,
+                                     default=str) + "\n")
             else:
                 writer.writerow([
                     record["partition"], record["offset"], record["timestamp_ms"],
@@ -116,4 +148,4 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"), default=str)

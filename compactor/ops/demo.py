@@ -24,9 +24,11 @@ from compactor.ingest.writer import BatchStats
 from compactor.kafka.clients import with_logger
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
+from compactor.ops.avro_profiles import AvroProfiles
 from compactor.ops.broker import EmbeddedBroker
 from compactor.ops.engine import Engine, load_engine
 from compactor.ops.picture import Timeline, render
+from compactor.ops.schema_registry import EmbeddedSchemaRegistry
 from compactor.ops.status import collect_status
 from compactor.ops.workload import ProfileWorkload, Record, live_changes, produce, profile_workload
 
@@ -97,21 +99,25 @@ def _run(out: Path, users: int, updates: int, live_seconds: float) -> int:
     lake = out / "lake"
     began = time.monotonic()
     began_ms = int(time.time() * 1000)
-    say(f"[1/6] starting the embedded Kafka-compatible broker (Tansu), log in {out}/broker.log")
-    with EmbeddedBroker(out / "broker.log") as broker:
-        say(f"      listening on {broker.bootstrap_servers}")
+    say(f"[1/6] starting the embedded Kafka-compatible broker (Tansu), log in {out}/broker.log, "
+        "and an embedded Schema Registry")
+    with EmbeddedBroker(out / "broker.log") as broker, EmbeddedSchemaRegistry() as registry:
+        say(f"      listening on {broker.bootstrap_servers}; registry at {registry.url}")
         admin = AdminClient(with_logger({"bootstrap.servers": broker.bootstrap_servers}))
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=TOPIC_CONFIG)])[TOPIC].result()
         del admin
         settings = ", ".join(f"{k}={v}" for k, v in TOPIC_CONFIG.items())
         say(f"[2/6] topic '{TOPIC}': {PARTITIONS} partitions, {settings}")
-        workload = profile_workload(users, updates, PARTITIONS, start_ms=int(time.time() * 1000))
+        avro = AvroProfiles(registry.url, TOPIC)
         t0 = time.monotonic()
+        workload = avro.workload(profile_workload(users, updates, PARTITIONS,
+                                                  start_ms=int(time.time() * 1000)))
         produce(broker.bootstrap_servers, TOPIC, workload.records,
                 progress=lambda i: say(f"      produced {i:,} records"))
         say(f"      produced {len(workload.records):,} records for {users:,} users in "
             f"{time.monotonic() - t0:.1f}s: profile updates, {len(workload.deleted_users):,} "
-            f"GDPR deletions (tombstones), {workload.null_keys} records with no key")
+            f"GDPR deletions (tombstones), {workload.null_keys} records with no key; values "
+            f"are Avro (schema subject {TOPIC}-value)")
 
         config = build_config({
             "bootstrap.servers": broker.bootstrap_servers,
@@ -122,6 +128,9 @@ def _run(out: Path, users: int, updates: int, live_seconds: float) -> int:
             "trigger.interval.ms": "1000",
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
+            "key.format": "string",
+            "value.format": "avro",
+            "schema.registry.url": registry.url,
         })
         say(f"[3/6] mirroring into {topic_paths(str(lake), TOPIC).log} with Spark "
             "(local[2], one task per partition)")
@@ -162,8 +171,9 @@ def _run(out: Path, users: int, updates: int, live_seconds: float) -> int:
             f"{summary.cleaning.passes} passes")
         live.set()
         changes = _live_phase(service, broker.bootstrap_servers, workload, users, timeline,
-                              live_seconds, on_batch, on_pass)
+                              live_seconds, on_batch, on_pass, avro)
         ok = _check(service, workload, changes, timeline, out)
+        ok = _sql(service, workload, changes) and ok
         service.close()  # Spark and every Kafka client end before the broker does
     say()
     say(f"Done in {time.monotonic() - began:.0f}s. The lake is plain Delta; read it with "
@@ -177,7 +187,7 @@ def _live_phase(
     service: Engine, bootstrap: str, workload: ProfileWorkload, users: int,
     timeline: Timeline, seconds: float,
     on_batch: Callable[[int, Mapping[str, BatchStats]], None],
-    on_pass: Callable[[PassReport], None],
+    on_pass: Callable[[PassReport], None], avro: AvroProfiles,
 ) -> list[Record]:
     """Keep changing the topic while the mirror runs, then wait until every erasure is done.
 
@@ -208,8 +218,9 @@ def _live_phase(
     while not failures:
         now = time.monotonic()
         if now - started < seconds:
-            batch = live_changes(users, PARTITIONS, frozenset(deleted), rng, updates=150,
-                                 erasures=4, timestamp_ms=int(time.time() * 1000))
+            batch = avro.records(live_changes(
+                users, PARTITIONS, frozenset(deleted), rng, updates=150, erasures=4,
+                timestamp_ms=int(time.time() * 1000)))
             produce(bootstrap, TOPIC, batch)
             produced.extend(batch)
             deleted.update(r.key for r in batch if r.value is None and r.key is not None)
@@ -233,6 +244,32 @@ def _live_phase(
     say(f"      every erasure finished {time.time() - last_tombstone_ms / 1000:.0f}s after "
         f"the last tombstone (deadline {tc.max_compaction_lag_ms // 1000}s)")
     return produced
+
+
+def _sql(service: Engine, workload: ProfileWorkload, changes: list[Record]) -> bool:
+    """Query the typed latest-value table with DuckDB over Arrow, as an analyst would."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    path = topic_paths(service.config.lake_path, TOPIC).table
+    users = DeltaTable(path).to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by name
+    query = ("SELECT country, count(*) AS users, count(*) FILTER (WHERE plan = 'pro') AS pro "
+             "FROM users GROUP BY country ORDER BY users DESC, country")
+    relation = duckdb.sql(query)
+    assert relation is not None  # a SELECT always gives a relation
+    rows = relation.fetchall()
+    say(f"      SQL on the typed table {path} (DuckDB over Arrow):")
+    say(f"        {query}")
+    say(f"        {'country':<8}{'users':>8}{'pro':>8}")
+    for name, count, pro in rows:
+        say(f"        {name:<8}{count:>8,}{pro:>8,}")
+    expected = workload.latest
+    expected.update((r.key, r.value) for r in changes if r.key is not None)
+    live = sum(v is not None for v in expected.values())
+    total = int(sum(r[1] for r in rows))
+    say(f"      check: one typed row per live user ({live:,}): "
+        f"{'OK' if total == live else f'{total:,} rows'}")
+    return total == live
 
 
 def _report_line(service: Engine, elapsed: float) -> None:

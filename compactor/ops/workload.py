@@ -85,6 +85,14 @@ def produce(
         raise BrokerUnavailableError(f"{len(failures)} records were not delivered: {failures[0]}")
 
 
+_COUNTRIES = ("DE", "FR", "NL", "SE", "PL", "ES", "IT", "NO", "FI", "PT")
+
+
+def country(uid: int) -> str:
+    """A user's country, skewed so that a GROUP BY has a story."""
+    return _COUNTRIES[min(len(_COUNTRIES) - 1, int((uid * 2654435761 % 1000) ** 0.5) // 4)]
+
+
 @dataclass(frozen=True)
 class ProfileWorkload:
     """Keys ``user-NNNNNN`` with JSON profiles; skewed updates; some users erased."""
@@ -114,7 +122,8 @@ def profile_workload(
     def profile(uid: int, version: int) -> bytes:
         return json.dumps({
             "user_id": uid, "name": f"User {uid}", "email": f"user{uid}@example.com",
-            "plan": plans[(uid + version) % len(plans)], "version": version,
+            "plan": plans[(uid + version) % len(plans)], "country": country(uid),
+            "version": str(version),
         }, separators=(",", ":")).encode()
 
     ts = start_ms
@@ -157,7 +166,8 @@ def live_changes(
         key = f"user-{uid:06d}".encode()
         value = None if i >= updates else json.dumps(
             {"user_id": uid, "name": f"User {uid}", "email": f"user{uid}@example.com",
-             "plan": "pro", "version": f"live-{timestamp_ms}"}, separators=(",", ":")).encode()
+             "plan": "pro", "country": country(uid), "version": f"live-{timestamp_ms}"},
+            separators=(",", ":")).encode()
         headers = (("reason", b"gdpr-erasure"),) if value is None else ()
         out.append(Record(key, value, partition_for(key, partitions), timestamp_ms, headers))
     return out

@@ -18,7 +18,7 @@ OURS = ("checkpoints", "compactor", "streaming")
 LAYERS = [
     {"checkpoints"},
     {"compactor.exceptions"},
-    {"compactor.kafka", "compactor.lake"},
+    {"compactor.kafka", "compactor.lake", "compactor.formats"},
     {"compactor.config"},
     {"compactor.ingest", "compactor.erasure"},
     {"compactor.cleaner"},

@@ -26,7 +26,13 @@ def test_demo_passes_its_checks_and_draws_the_run(tmp_path) -> None:
     assert f"logs of Spark, the Kafka clients and the compactor: {out / 'demo.log'}" in (
         result.stdout)
     checks = re.findall(r"check: .*: (\S+)", result.stdout)
-    assert len(checks) == 3 and set(checks) == {"OK"}, result.stdout
+    assert len(checks) == 4 and set(checks) == {"OK"}, result.stdout
+    # It ends with SQL over the typed table: Avro fields as columns, counted per country.
+    assert "SQL on the typed table" in result.stdout
+    counts = re.findall(r"^\s+([A-Z]{2})\s+([\d,]+)\s+([\d,]+)$", result.stdout, re.MULTILINE)
+    live = int(re.search(r"one typed row per live user \(([\d,]+)\)", result.stdout)
+               .group(1).replace(",", ""))
+    assert len(counts) >= 5 and sum(int(n.replace(",", "")) for _, n, _ in counts) == live
     assert re.search(r"erasure ledger: \d+ tombstones, 0 still pending, 0 past", result.stdout)
     # The live phase reports the consumer lag while producers keep writing.
     assert re.search(r"\+\s*\d+s\s+consumer lag\s+\d+ offsets", result.stdout)

@@ -1,0 +1,92 @@
+"""``L/T/rejected``: its rows, the type changes the table's MERGE reports, and their erasure.
+
+Rejected rows hold a record's key and value bytes, so they are a copy of personal data like
+every other: a tombstone for a key removes that key's older rejected rows in the same
+catch-up that removes it from the latest-value table (before that MERGE commits, so the
+erasure ledger's "table" step covers both), and vacuum deletes the removed files.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from checkpoints import TYPED
+from compactor.exceptions import LakeError
+from compactor.lake import operations
+from compactor.lake.layout import KAFKA_SCHEMA, REJECTED_SCHEMA, TIMESTAMP_TYPE, open_table
+from compactor.lake.storage import Storage
+
+
+def rejected_rows(batch: pa.RecordBatch | pa.Table, reasons: list[str | None] | str,
+                  schema_ids: list[int | None] | None, now_ms: int) -> pa.Table:
+    """Rows of ``L/T/rejected``: the records as they came, with why and when."""
+    n = batch.num_rows
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    table = table.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA)
+    why = [reasons] * n if isinstance(reasons, str) else reasons
+    table = table.append_column("reason", pa.array(why, pa.string()))
+    table = table.append_column(
+        "rejectedAt", pa.array([now_ms * 1000] * n, pa.int64()).cast(TIMESTAMP_TYPE))
+    table = table.append_column("schemaId", pa.array(schema_ids or [None] * n, pa.int32()))
+    return table.cast(REJECTED_SCHEMA)
+
+
+def report_type_changes(path: str, rows: pa.Table, upto: dict[int, int],
+                        storage: Storage) -> int:
+    """Append ``rows`` (records of an unmergeable schema, in log ranges ending at ``upto``
+    per partition) exactly once.
+
+    Protocol, before the MERGE that leaves them out commits: (1) read each partition's
+    ``compactor-typed-<p>`` version; (2) drop rows of partitions already reported up to
+    their range's end; (3) append the rest in one commit that moves those versions to the
+    range ends. A crash after (3) and before the MERGE finds them reported when it redoes
+    the catch-up, so nothing is reported twice.
+    """
+    from deltalake import write_deltalake
+
+    table = open_table(path, storage)
+    if table is None:
+        return 0
+    done = {p for p, hi in upto.items() if (TYPED.read(table, p) or -1) >= hi}
+    if done:
+        rows = rows.filter(pc.invert(pc.is_in(rows.column("partition"),
+                                              pa.array(sorted(done), pa.int32()))))
+    todo = {p: hi for p, hi in upto.items() if p not in done}
+    if rows.num_rows == 0 or not todo:
+        return 0
+    count: int = rows.num_rows
+    try:
+        write_deltalake(
+            table, rows, mode="append",
+            commit_properties=operations.properties(
+                operations.INGEST, f"{rows.num_rows} records of a schema the latest-value "
+                "table cannot merge", [TYPED.moved_to(hi, p) for p, hi in todo.items()]))
+    except Exception as exc:
+        raise LakeError(f"cannot append to {path}: {exc}") from exc
+    return count
+
+
+def erase_keys(path: str, tombstones: pa.Table, storage: Storage) -> int:
+    """Delete the rejected rows that a tombstone of the same key follows; returns how many.
+
+    By a MERGE against the tombstones (never a literal predicate: keys must not reach the
+    Delta log). A row of another partition is older when its timestamp is not later.
+    """
+    table = open_table(path, storage)
+    if table is None or tombstones.num_rows == 0:
+        return 0
+    source = tombstones.select(["key", "partition", "offset", "timestamp"])
+    try:
+        metrics = (
+            table.merge(source, predicate="t.key = s.key", source_alias="s", target_alias="t",
+                        commit_properties=operations.properties(
+                            operations.MERGE_LATEST, "rejected rows of deleted keys", []))
+            .when_matched_delete(predicate="(s.partition = t.partition AND t.offset < s.offset)"
+                                 " OR (s.partition <> t.partition AND "
+                                 "t.timestamp <= s.timestamp)")
+            .execute()
+        )
+    except Exception as exc:
+        raise LakeError(f"cannot delete erased keys from {path}: {exc}") from exc
+    return int(metrics.get("num_target_rows_deleted", 0))

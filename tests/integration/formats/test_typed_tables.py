@@ -1,0 +1,210 @@
+"""Typed tables end to end: real broker, real registry wire format, real Spark and Delta.
+
+Producers use confluent-kafka's own serializers against the embedded registry, so the bytes
+on the broker are what a Confluent producer writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from deltalake import DeltaTable
+
+from compactor.formats.exceptions import SchemaRegistryUnavailableError
+from compactor.lake.layout import topic_paths
+from compactor.ops.workload import Record, produce
+from streaming.service import Service
+from tests.conftest import wait_until
+from tests.integration.helpers import (
+    find_markers,
+    free_port,
+    lake_offsets,
+    log_table,
+    rejected_table,
+    run_once,
+    running,
+)
+
+USER_V1 = {"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+USER_V2 = {"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+    {"name": "country", "type": "string", "default": ""}]}
+USER_RETYPED = {"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "string"}, {"name": "name", "type": "string"}]}
+
+
+def _avro(registry_url: str, topic: str, schema: dict, value: dict) -> bytes:
+    client = SchemaRegistryClient({"url": registry_url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return AvroSerializer(client, json.dumps(schema))(value, ctx)
+
+
+def _table(config, topic: str) -> dict[bytes, dict]:
+    rows = DeltaTable(topic_paths(config.lake_path, topic).table).to_pyarrow_table().to_pylist()
+    return {r["key"]: r for r in rows}
+
+
+@pytest.mark.usefixtures("spark")
+def test_avro_evolves_rejects_and_erases(broker, topic_factory, lake_config,
+                                         schema_registry) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    url = schema_registry.url
+    v1a = _avro(url, topic, USER_V1, {"id": 1, "name": "ann"})
+    v1b = _avro(url, topic, USER_V1, {"id": 2, "name": "bob"})
+    v2b = _avro(url, topic, USER_V2, {"id": 2, "name": "bob", "country": "DE"})
+    SchemaRegistryClient({"url": url}).set_compatibility(f"{topic}-value", "NONE")
+    retyped = _avro(url, topic, USER_RETYPED, {"id": "one", "name": "ann"})
+    records = [
+        Record(b"u1", v1a, 0), Record(b"u2", v1b, 0),
+        Record(b"u3", b"\x01not avro", 0),  # wrong magic byte
+        Record(b"u2", v2b, 0),  # a new field with a default: a new column
+        Record(b"u4", b"\x00\x00\x00\x03\xe7" + v1a[5:], 0),  # schema id 999: unknown
+        Record(b"u1", retyped, 0),  # id long -> string: a type change
+        Record(b"u3", None, 0),  # a tombstone needs no decoding and erases u3's rejected row
+        Record(b"u5", v1a, 0), Record(b"u5", None, 0),
+    ]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic, log_cleaner_enable="false", value_format="avro",
+                         schema_registry_url=url)
+    summary = run_once(config)
+
+    # The log is still the exact mirror, byte for byte, bad records included.
+    assert [(r["key"], r["value"]) for r in log_table(config, topic).to_pylist()] == [
+        (r.key, r.value) for r in records]
+    # Ingest reports what does not decode (the wrong magic byte, id 999); the type change is
+    # found by the table's MERGE, against the table's columns.
+    assert summary.ingest.rejected == 2
+    table = _table(config, topic)
+    assert sorted(table) == [b"u1", b"u2"]
+    # u1 keeps its last value that the table can hold; u2 gained the new column.
+    assert (table[b"u1"]["id"], table[b"u1"]["name"], table[b"u1"]["country"]) == (1, "ann",
+                                                                                   None)
+    assert (table[b"u2"]["id"], table[b"u2"]["name"], table[b"u2"]["country"]) == (2, "bob",
+                                                                                   "DE")
+    types = {f.name: f.type for f in DeltaTable(topic_paths(config.lake_path, topic).table)
+             .to_pyarrow_table().schema}
+    assert str(types["id"]) == "int64" and "string" in str(types["country"])
+    rejected = {r["offset"]: r for r in rejected_table(config, topic).to_pylist()}
+    assert sorted(rejected) == [4, 5]  # offset 2 (u3) was erased by its tombstone
+    assert rejected[4]["schemaId"] == 999 and "unknown schema id 999" in rejected[4]["reason"]
+    assert rejected[4]["value"] == records[4].value  # the original bytes
+    assert rejected[5]["schemaId"] == 3 and "type change" in rejected[5]["reason"]
+
+
+@pytest.mark.usefixtures("spark")
+def test_json_with_a_declared_schema(broker, topic_factory, lake_config) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    records = [
+        Record(b"a", b'{"id": 1, "address": {"city": "Oslo"}, "tags": ["x"]}', 0),
+        Record(b"b", b'{"id": "two"}', 0),  # does not fit BIGINT
+        Record(b"c", b"{broken", 0),
+        Record(b"a", b'{"id": 11, "address": {"city": "Bergen"}}', 0),
+    ]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic, log_cleaner_enable="false", key_format="string",
+                         value_format="json", value_schema="id BIGINT, address "
+                         "STRUCT<city: STRING>, tags ARRAY<STRING>")
+    run_once(config)
+    table = _table(config, topic)
+    assert sorted(table) == [b"a"]
+    row = table[b"a"]
+    assert (row["key_decoded"], row["id"], row["address"], row["tags"]) == (
+        "a", 11, {"city": "Bergen"}, None)
+    reasons = {r["key"]: r["reason"] for r in rejected_table(config, topic).to_pylist()}
+    assert reasons[b"b"].startswith("value: does not match the declared schema")
+    assert reasons[b"c"].startswith("value: not valid JSON")
+
+
+@pytest.mark.usefixtures("spark")
+def test_json_schema_from_the_registry(broker, topic_factory, lake_config,
+                                       schema_registry) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    schema = {"type": "object", "properties": {"sku": {"type": "string"},
+                                               "qty": {"type": "integer"}}}
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    ser = JSONSerializer(json.dumps(schema), client)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"o1", ser({"sku": "A-1", "qty": 3}, ctx), 0),
+        Record(b"o2", ser({"sku": "B-2", "qty": 5}, ctx), 0)])
+    config = lake_config(topic, log_cleaner_enable="false", value_format="json-schema",
+                         schema_registry_url=schema_registry.url)
+    run_once(config)
+    table = _table(config, topic)
+    assert {k: (r["sku"], r["qty"]) for k, r in table.items()} == {
+        b"o1": ("A-1", 3), b"o2": ("B-2", 5)}
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_registry_that_is_down_fails_the_batch_and_commits_nothing(
+        broker, topic_factory, lake_config, schema_registry) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    value = _avro(schema_registry.url, topic, USER_V1, {"id": 1, "name": "ann"})
+    produce(broker.bootstrap_servers, topic, [Record(b"u1", value, 0)])
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = lake_config(topic, log_cleaner_enable="false", value_format="avro",
+                         schema_registry_url=down)
+    with pytest.raises(SchemaRegistryUnavailableError) as failed:
+        run_once(config)
+    assert failed.value.exit_code == 3 and down in str(failed.value)
+    assert lake_offsets(topic_paths(config.lake_path, topic).log) == []
+    # The registry back: the same records are mirrored and decoded, nothing was lost.
+    config = lake_config(topic, log_cleaner_enable="false", value_format="avro",
+                         schema_registry_url=schema_registry.url)
+    run_once(config)
+    assert _table(config, topic)[b"u1"]["name"] == "ann"
+
+
+M = 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("spark")
+def test_typed_rows_and_rejected_copies_are_erased_by_the_deadline(
+        broker, topic_factory, lake_config, schema_registry) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact", "max.compaction.lag.ms": str(M),
+                              "min.cleanable.dirty.ratio": "0.99"})
+    run = uuid.uuid4().hex[:8]
+
+    def marker(key: int) -> str:
+        return f"MARK-{run}-{key}"
+
+    url = schema_registry.url
+    typed = [Record(b"user-%d" % k, _avro(url, topic, USER_V1, {"id": k, "name": marker(k)}),
+                    k % 2) for k in range(8)]
+    # An undecodable copy of user-1's data: it lands in the log and in L/T/rejected.
+    bad = [Record(b"user-1", b"\x07" + marker(100).encode(), 1)]
+    erase = [Record(b"user-%d" % k, None, k % 2) for k in (0, 1)]
+    config = lake_config(topic, trigger_interval_ms="500", log_cleaner_backoff_ms="1000",
+                         value_format="avro", schema_registry_url=url,
+                         **{"table.merge.interval.ms": "2000"})
+    service = Service(config)
+    with running(service) as failures:
+        produce(broker.bootstrap_servers, topic, [Record(b"warm-up", typed[7].value, 1)])
+        log_dir = topic_paths(config.lake_path, topic).log
+        wait_until(lambda: Path(log_dir, "_delta_log").exists() and lake_offsets(log_dir), 120,
+                   "the mirror to commit the warm-up")
+        produce(broker.bootstrap_servers, topic, typed + bad)
+        wait_until(lambda: find_markers(config.lake_path, [marker(100).encode()])[
+            marker(100).encode()], 60, "the undecodable record in the lake")
+        produce(broker.bootstrap_servers, topic, erase)
+        erased_at = time.time() * 1000
+        while time.time() * 1000 < erased_at + M + config.cleaner.backoff_ms:
+            time.sleep(0.1)
+        markers = [marker(k).encode() for k in (*range(8), 100)]
+        found = find_markers(config.lake_path, markers)
+    assert not failures, failures
+    dead = [marker(k).encode() for k in (0, 1, 100)]
+    assert {m: p for m, p in found.items() if m in dead and p} == {}
+    for k in range(2, 8):  # live rows: in the log and, decoded, in the typed table
+        paths = found[marker(k).encode()]
+        assert any("/log/" in p for p in paths) and any("/table/" in p for p in paths), paths
