@@ -48,8 +48,7 @@ def command(args: argparse.Namespace) -> int:
         **{k: redacted(k, v) for k, v in sorted(config.spark.items())},
         **{f"lake.storage.{k}": redacted(k, v) for k, v in sorted(config.storage.options.items())},
         **{f"schema.registry.{k}": _registry_value(k, v)
-           for k, v in sorted(next(iter(config.formats.values())).registry.items())
-           if config.formats},
+           for k, v in sorted(config.schema_registry.items())},
     }
     # A value from ${env:...} or ${file:...} is shown as written, never as what it resolved to.
     pipeline |= {k: v for k, v in config.written.items() if k in pipeline}

@@ -43,14 +43,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _decoders(config: Any, args: argparse.Namespace) -> tuple[Any, str, str]:
     """The decoders ``--key-format topic`` / ``--value-format topic`` ask for, and the byte
     formats for the rest (a UTF-8 string where the topic keeps bytes)."""
-    from compactor.formats import Decoder
+    from compactor.formats.records import decoders_for
 
-    fmt = config.format(args.topic)
-    registry = dict(fmt.registry)
-    key = (Decoder(fmt.key, registry, args.topic, True)
-           if args.key_format == "topic" and fmt.key.typed else None)
-    value = (Decoder(fmt.value, registry, args.topic, False)
-             if args.value_format == "topic" and fmt.value.typed else None)
+    key, value = decoders_for(args.topic, config.format(args.topic))
+    key = key if args.key_format == "topic" else None
+    value = value if args.value_format == "topic" else None
     key_format = "string" if args.key_format == "topic" else args.key_format
     value_format = "string" if args.value_format == "topic" else args.value_format
     return (key, value), key_format, value_format
@@ -58,6 +55,7 @@ def _decoders(config: Any, args: argparse.Namespace) -> tuple[Any, str, str]:
 
 def command(args: argparse.Namespace) -> int:
     from compactor.config import load_config
+    from compactor.lake.layout import KAFKA_SCHEMA
     from compactor.lake.reader import parse_from_offsets, write
     from compactor.lake.snapshot import open_latest, open_log
 
@@ -77,9 +75,7 @@ def command(args: argparse.Namespace) -> int:
                              storage_options=config.storage.options)
         batches = latest.table.sort_by([("partition", "ascending"), ("offset", "ascending")])
         if any(decoders):  # decoded like the log's records; its typed columns are the same
-            batches = batches.select([c for c in batches.column_names
-                                      if c in ("key", "value", "topic", "partition", "offset",
-                                               "timestamp", "timestampType", "headers")])
+            batches = batches.select(KAFKA_SCHEMA.names)
         count = write(batches.to_batches(), sys.stdout, args.format, key_format,
                       value_format, decoders)
         version, ends = latest.version, latest.next_offsets

@@ -192,6 +192,12 @@ class CompactorConfig:
         """How ``topic``'s keys and values are decoded (bytes when not configured)."""
         return self.formats.get(topic) or TopicFormat()
 
+    @property
+    def schema_registry(self) -> Mapping[str, str]:
+        """The Schema Registry client's settings (``schema.registry.*``); every topic's
+        formats carry the same mapping, so that write tasks receive it with their plan."""
+        return next(iter(self.formats.values())).registry if self.formats else {}
+
     def table_merge_ms(self, topic: str) -> int:
         """How long ``topic``'s latest-value table may lag its log.
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from compactor.formats.decoder import Decoded, Group
+from compactor.formats.records import first_failures
+from compactor.lake.layout import KAFKA_SCHEMA
 
-KAFKA_COLUMNS = frozenset(
-    ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"])
+KAFKA_COLUMNS = frozenset(KAFKA_SCHEMA.names)
 
 
 def column_names(side: str, type_: pa.DataType) -> list[str]:
@@ -70,15 +71,10 @@ def typed_columns(rows: int, decoded: list[tuple[str, Decoded]],
     """
     current = {f.name: f.type for f in existing}
     order = list(existing.names)
-    failed: list[str | None] = [None] * rows
+    failed, schema_ids = first_failures(rows, decoded)
     changes: list[str | None] = [None] * rows
-    schema_ids: list[int | None] = [None] * rows
     placed: dict[str, list[tuple[list[int], pa.Array]]] = {}
     for side, result in decoded:
-        for row, reason in enumerate(result.reasons):
-            if reason is not None and failed[row] is None:
-                failed[row] = f"{side}: {reason}"
-                schema_ids[row] = result.schema_ids[row]
         for group in sorted(result.groups, key=lambda g: g.rows[0]):
             columns = _group_columns(side, group)
             clash = next(((n, current[n], a.type) for n, a in columns

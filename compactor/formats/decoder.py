@@ -46,9 +46,13 @@ class Group:
     type: pa.DataType
     rows: list[int] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
+    _array: pa.Array | None = field(default=None, repr=False)
 
     def array(self) -> pa.Array:
-        return pa.array(self.values, type=self.type)
+        """The values as one Arrow array, built once (the type check builds it first)."""
+        if self._array is None:
+            self._array = pa.array(self.values, type=self.type)
+        return self._array
 
 
 @dataclass
@@ -58,10 +62,6 @@ class Decoded:
     groups: list[Group]
     reasons: list[str | None]  # per input row; None = decoded (or a null input)
     schema_ids: list[int | None]  # per input row: the id its framing named
-
-    @property
-    def failed(self) -> int:
-        return sum(r is not None for r in self.reasons)
 
 
 def _fits(value: Any, type_: pa.DataType) -> str | None:
@@ -218,7 +218,7 @@ class Decoder:
                 what = (f"the declared schema ({self.side}.schema)" if group.schema_id is None
                         else f"the column type of schema id {group.schema_id}")
                 reasons[row] = f"does not match {what}: {problem}"
-        group.rows, group.values = keep_rows, keep_values
+        group.rows, group.values, group._array = keep_rows, keep_values, None
 
 
 def _fits_all(group: Group) -> bool:

@@ -36,7 +36,7 @@ from checkpoints import INGEST, WRITER
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
-from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker, rejected_rows
+from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker
 from compactor.lake import fencing, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
@@ -48,6 +48,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_state import follow, log_view
+from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage
 

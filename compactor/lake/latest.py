@@ -40,8 +40,9 @@ import pyarrow.compute as pc
 
 from checkpoints import TABLE
 from compactor.exceptions import LakeError
-from compactor.formats import Decoder, TopicFormat
+from compactor.formats import TopicFormat
 from compactor.formats.columns import typed_columns
+from compactor.formats.records import decode_records, decoders_for
 from compactor.lake import operations
 from compactor.lake.layout import (
     KAFKA_SCHEMA,
@@ -105,20 +106,6 @@ def latest_per_key(records: pa.Table) -> pa.Table:
     return records.filter(pa.concat_arrays([last_of_key, pa.array([True])]))
 
 
-_DECODERS: dict[tuple[object, ...], tuple[Decoder | None, Decoder | None]] = {}
-
-
-def _decoders(topic: str, formats: TopicFormat) -> tuple[Decoder | None, Decoder | None]:
-    """One pair per topic and formats for the process: the registry client caches schemas."""
-    ident = (topic, formats.key, formats.value, tuple(sorted(formats.registry.items())))
-    if ident not in _DECODERS:
-        registry = dict(formats.registry)
-        _DECODERS[ident] = (
-            Decoder(formats.key, registry, topic, True) if formats.key.typed else None,
-            Decoder(formats.value, registry, topic, False) if formats.value.typed else None)
-    return _DECODERS[ident]
-
-
 @dataclass
 class _Typed:
     records: pa.Table  # the records that go on to the MERGE, with typed columns
@@ -132,12 +119,7 @@ def _decode(records: pa.Table, topic: str, formats: TopicFormat, table_schema: p
     """Typed columns for ``records``; records that do not decode or merge are left out."""
     existing = pa.schema([f for f in table_schema if f.name not in KAFKA_SCHEMA.names])
     live = pc.is_valid(records.column("value"))
-    decoded = []
-    for side, decoder in zip(("key", "value"), _decoders(topic, formats), strict=True):
-        if decoder is not None:
-            column = records.column(side).combine_chunks()
-            decoded.append((side, decoder.decode(pc.if_else(live, column,
-                                                             pa.scalar(None, column.type)))))
+    decoded = decode_records(records, decoders_for(topic, formats))
     typed = typed_columns(records.num_rows, decoded, existing)
     keep = [not (lv and (f is not None or c is not None)) for lv, f, c
             in zip(live.to_pylist(), typed.failed, typed.type_changes, strict=True)]

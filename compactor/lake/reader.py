@@ -19,11 +19,11 @@ import pyarrow as pa
 
 from compactor.exceptions import CompactorError
 from compactor.formats import Decoder
+from compactor.lake.layout import LOG_SCHEMA
 
 FORMATS = ("jsonl", "csv")
 BYTE_FORMATS = ("string", "hex", "base64", "json")
-_KAFKA_COLUMNS = frozenset(["key", "value", "topic", "partition", "offset", "timestamp",
-                            "timestampType", "headers", "segment", "deleteHorizonMs"])
+_LOG_COLUMNS = frozenset(LOG_SCHEMA.names)  # anything else is a typed column of the table
 CSV_COLUMNS = ["partition", "offset", "timestamp_ms", "key", "value", "headers"]
 
 
@@ -108,7 +108,7 @@ def render(rows: Iterable[dict[str, Any]], key_format: str, value_format: str,
         record["headers"] = [[h["key"], _bytes(h["value"], header_format, "value of a header",
                                                where)] for h in row["headers"] or []]
         # the latest-value table's typed columns, when the topic has them
-        record |= {k: v for k, v in row.items() if k not in _KAFKA_COLUMNS}
+        record |= {k: v for k, v in row.items() if k not in _LOG_COLUMNS}
         yield record
 
 
