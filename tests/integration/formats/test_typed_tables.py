@@ -24,6 +24,7 @@ from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import (
+    compactor,
     find_markers,
     free_port,
     lake_offsets,
@@ -31,6 +32,7 @@ from tests.integration.helpers import (
     rejected_table,
     run_once,
     running,
+    write_config,
 )
 
 USER_V1 = {"type": "record", "name": "User", "fields": [
@@ -126,7 +128,7 @@ def test_json_with_a_declared_schema(broker, topic_factory, lake_config) -> None
 
 @pytest.mark.usefixtures("spark")
 def test_json_schema_from_the_registry(broker, topic_factory, lake_config,
-                                       schema_registry) -> None:
+                                       schema_registry, tmp_path) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact"})
     schema = {"type": "object", "properties": {"sku": {"type": "string"},
                                                "qty": {"type": "integer"}}}
@@ -142,6 +144,25 @@ def test_json_schema_from_the_registry(broker, topic_factory, lake_config,
     table = _table(config, topic)
     assert {k: (r["sku"], r["qty"]) for k, r in table.items()} == {
         b"o1": ("A-1", 3), b"o2": ("B-2", 5)}
+
+    # The CLI, as a user runs it: read decodes, describe-config shows formats and registry.
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path, "value.format": "json-schema",
+        "schema.registry.url": schema_registry.url,
+        "schema.registry.basic.auth.user.info": "reader:s3cret"})
+    read = compactor("read", "--config", str(conf), "--topic", topic)
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert [json.loads(line)["value"] for line in read.stdout.splitlines()] == [
+        {"sku": "A-1", "qty": 3}, {"sku": "B-2", "qty": 5}]
+    raw = compactor("read", "--config", str(conf), "--topic", topic, "--value-format", "hex")
+    assert json.loads(raw.stdout.splitlines()[0])["value"].startswith("00000000")
+    described = compactor("describe-config", "--config", str(conf), "--json")
+    assert described.returncode == 0, described.stderr[-2000:]
+    doc = json.loads(described.stdout)
+    assert doc["topics"][topic]["value.format"]["value"] == "json-schema"
+    assert doc["pipeline"]["schema.registry.basic.auth.user.info"] == "reader:[redacted]"
+    assert "s3cret" not in described.stdout
 
 
 @pytest.mark.usefixtures("spark")
