@@ -51,7 +51,11 @@ class _ClassDataSharing:
         if "SPARK_SUBMIT_OPTS" in os.environ:  # the caller chose the driver's JVM options
             return
         java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-        key = hashlib.sha256(f"{java}{pyspark.__file__}{pyspark.__version__}".encode())
+        # The JVM refuses an archive whose class path jars changed size or time (a venv made
+        # again at the same path), and says so on stdout: they are part of the key.
+        jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+        stamps = "".join(f"{j.name}{j.stat().st_size}{j.stat().st_mtime_ns}" for j in jars)
+        key = hashlib.sha256(f"{java}{pyspark.__file__}{pyspark.__version__}{stamps}".encode())
         self._archive = Path(tempfile.gettempdir()) / f"compactor-tests-{key.hexdigest()[:16]}.jsa"
         if self._archive.exists():
             return
@@ -78,6 +82,9 @@ class _ClassDataSharing:
                 self._archive = None  # slower start-ups, same tests
             else:
                 os.replace(self._staging, self._archive)
+                for stale in self._archive.parent.glob("compactor-tests-*.jsa"):
+                    if stale != self._archive:  # 160 MB each, made for another venv or JDK
+                        stale.unlink(missing_ok=True)
         if self._archive is not None:
             os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={self._archive}"
             self._archive = None

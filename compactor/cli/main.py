@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -79,6 +80,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _keep_stdout_for_results() -> None:
+    """Give this process's results a private copy of stdout and point fd 1 at stderr.
+
+    Child processes inherit fd 1, and Spark's JVM writes its own warnings there (unified
+    logging's default output: "Unable to use shared archive", a deprecated option in
+    JAVA_TOOL_OPTIONS), which would corrupt the one JSON document a script parses from
+    ``--json``. After this only Python's ``sys.stdout`` reaches the real stdout.
+    """
+    try:
+        sys.stdout.flush()
+        results = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError):  # no stdout or stderr to speak of: nothing to separate
+        return
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(results, "w"), encoding=sys.stdout.encoding, errors=sys.stdout.errors,
+        line_buffering=bool(getattr(sys.stdout, "line_buffering", False)))
+
+
 def _stop_spark() -> None:
     """Stop a Spark session the verb started, so cluster executors end cleanly, not lost."""
     if "pyspark" not in sys.modules:
@@ -102,6 +122,7 @@ def entry() -> None:
     a result a script must trust into exit code 134. Spark's gateway JVM exits by itself when
     its driver process ends.
     """
+    _keep_stdout_for_results()
     code = main()
     _stop_spark()
     for stream in (sys.stdout, sys.stderr):

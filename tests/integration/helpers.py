@@ -89,9 +89,10 @@ def lake_offsets(log_path: str) -> list[tuple[int, int]]:
                     strict=True))
 
 
-def compactor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def compactor(*args: str, timeout: float = 300,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "compactor.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def write_config(path: Path, **values: str) -> Path:

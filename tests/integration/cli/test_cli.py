@@ -144,6 +144,25 @@ def test_a_spark_cluster_master_and_file_uris(broker, topic_factory, tmp_path) -
     assert "Lost executor" not in result.stderr
 
 
+def test_json_on_stdout_survives_the_jvm_writing_to_stdout(broker, topic_factory,
+                                                          tmp_path) -> None:
+    """The driver JVM inherits the process's stdout, and its unified logging writes there (a
+    CDS archive it cannot map, GC logs a user turned on): that goes to stderr, and stdout
+    keeps the one JSON document."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "spark.master": "local[1]",
+        "spark.ui.enabled": "false"})
+    driver_opts = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -Xlog:gc".strip()
+    result = compactor("run", "--config", str(conf), "--once", "--json",
+                       env={**os.environ, "SPARK_SUBMIT_OPTS": driver_opts})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[gc]" in result.stderr  # the JVM did write its log, and not to stdout
+    assert json.loads(result.stdout)["ingest"]["records"] == 1
+
+
 def test_secrets_stay_out_of_output(tmp_path) -> None:
     secret = "s3cr3t-Pa55w0rd"
     conf = write_config(tmp_path / "c.properties", **{
