@@ -50,6 +50,11 @@ def command(args: argparse.Namespace) -> int:
         **{f"schema.registry.{k}": _registry_value(k, v)
            for k, v in sorted(config.schema_registry.items())},
     }
+    for d in config.downstream:
+        field = f":{d.json_field}" if d.json_field else ""
+        pipeline |= {f"downstream.{d.name}.path": d.path, f"downstream.{d.name}.topic": d.topic,
+                     f"downstream.{d.name}.key.column": d.key_column,
+                     f"downstream.{d.name}.key.format": d.key_format + field}
     # A value from ${env:...} or ${file:...} is shown as written, never as what it resolved to.
     pipeline |= {k: v for k, v in config.written.items() if k in pipeline}
     described: dict[str, dict[str, dict[str, object]]] = {}

@@ -2,9 +2,10 @@
 
 ``key.format`` / ``value.format`` (plain for every topic, or ``topic.<name>.``): ``bytes``
 (default), ``string``, ``json`` (with ``key.schema`` / ``value.schema``, a Spark DDL string),
-``avro``, ``json-schema`` (Confluent wire format, with ``schema.registry.url``). The registry
-client's own keys follow ``schema.registry.`` (``schema.registry.basic.auth.user.info``,
-``schema.registry.ssl.ca.location``, ...) and are checked by the client at load.
+``avro``, ``json-schema``, ``protobuf`` (Confluent wire format, with ``schema.registry.url``).
+The registry client's own keys follow ``schema.registry.``
+(``schema.registry.basic.auth.user.info``, ``schema.registry.ssl.ca.location``, ...) and are
+checked by the client at load.
 """
 
 from __future__ import annotations
@@ -19,18 +20,14 @@ from compactor.formats.types import Untypable, ddl_to_arrow
 
 __all__ = ["FORMAT_KEYS", "REGISTRY_PREFIX", "topic_formats"]
 REGISTRY_PREFIX = "schema.registry."
-_BUILT = tuple(f for f in FORMATS if f != "protobuf")
 
 
 def _record_format(side: str, given: Mapping[str, tuple[str, str]]) -> RecordFormat:
     """``given``: format key -> (the key as written, its value)."""
     written, name = given.get(f"{side}.format", (f"{side}.format", "bytes"))
     name = name.strip().lower()
-    if name == "protobuf":
-        raise ConfigError(written, name, "is not supported yet (formats: " + ", ".join(_BUILT)
-                          + ")", "decode Protobuf records downstream from the bytes in L/T/log")
     if name not in FORMATS:
-        raise ConfigError(written, name, "must be one of " + ", ".join(_BUILT))
+        raise ConfigError(written, name, "must be one of " + ", ".join(FORMATS))
     schema_key, schema = given.get(f"{side}.schema", (f"{side}.schema", ""))
     schema = schema.strip()
     if name == "json":

@@ -23,11 +23,18 @@ from compactor.config.keys import (
     parse_int,
     parse_value,
 )
-from compactor.config.model import CleanerConfig, CompactorConfig, DownstreamTable
+from compactor.config.model import (
+    DOWNSTREAM_KEY_FORMATS,
+    CleanerConfig,
+    CompactorConfig,
+    DownstreamTable,
+)
 from compactor.config.properties import load_properties
 from compactor.config.providers import resolve_references
 from compactor.config.resolve import resolve_topic
 from compactor.exceptions import ConfigError
+from compactor.formats import TopicFormat
+from compactor.formats.spec import REGISTRY_FORMATS
 from compactor.kafka.client_config import check_with_librdkafka, translate_java_keys
 from compactor.lake.storage import REMOTE_SCHEMES, Storage, is_local, scheme
 
@@ -44,7 +51,8 @@ _DOWNSTREAM_KEY = re.compile(
     r"^downstream\.([A-Za-z0-9_-]+)\.(path|topic|key\.column|key\.format)$")
 
 
-def _downstream(raw: Mapping[str, str], topics: tuple[str, ...]) -> tuple[DownstreamTable, ...]:
+def _downstream(raw: Mapping[str, str], topics: tuple[str, ...],
+                formats: Mapping[str, TopicFormat]) -> tuple[DownstreamTable, ...]:
     groups: dict[str, dict[str, str]] = {}
     for key, value in raw.items():
         match = _DOWNSTREAM_KEY.match(key)
@@ -60,15 +68,20 @@ def _downstream(raw: Mapping[str, str], topics: tuple[str, ...]) -> tuple[Downst
             raise ConfigError(f"downstream.{name}.topic", attrs["topic"],
                               "is not one of the mirrored topics", f"topics={','.join(topics)}")
         _check_lake_uri(f"downstream.{name}.path", attrs["path"])
-        fmt = attrs.get("key.format", "string")
-        field_name = None
-        if fmt.startswith("json:") and len(fmt) > len("json:"):
-            fmt, field_name = "json", fmt[len("json:"):]
-        elif fmt not in ("bytes", "string"):
-            raise ConfigError(f"downstream.{name}.key.format", fmt,
-                              "must be bytes, string or json:<field>")
+        given = attrs.get("key.format", "string")
+        fmt, _, field_name = given.partition(":")
+        if fmt not in DOWNSTREAM_KEY_FORMATS or (fmt == "json" and not field_name) or (
+                fmt in ("bytes", "string") and field_name):
+            raise ConfigError(f"downstream.{name}.key.format", given,
+                              "must be bytes, string, json:<field>, or avro, json-schema or "
+                              "protobuf (each optionally :<field>)")
+        registry = formats[attrs["topic"]].registry
+        if fmt in REGISTRY_FORMATS and not registry.get("url"):
+            raise ConfigError("schema.registry.url", "", f"is required: downstream.{name}."
+                              f"key.format={given} reads keys through the registry",
+                              "for example schema.registry.url=http://localhost:8081")
         tables.append(DownstreamTable(name, attrs["topic"], attrs["path"], attrs["key.column"],
-                                      fmt, field_name))
+                                      fmt, field_name or None, registry))
     return tuple(tables)
 
 
@@ -238,6 +251,7 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     keys.kafka.setdefault("isolation.level", "read_committed")
     check_with_librdkafka(keys.kafka)
     topics = pipeline["topics"]
+    formats = topic_formats(topics, keys.formats, keys.topic_formats, keys.registry)
     config = CompactorConfig(
         bootstrap_servers=pipeline["bootstrap.servers"],
         topics=topics,
@@ -256,9 +270,8 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
         storage=Storage(MappingProxyType(keys.storage)),
         cleaner=CleanerConfig(**keys.cleaner),
         topic_layers=MappingProxyType({k: MappingProxyType(v) for k, v in keys.layers.items()}),
-        downstream=_downstream(raw, topics),
-        formats=MappingProxyType(topic_formats(topics, keys.formats, keys.topic_formats,
-                                               keys.registry)),
+        downstream=_downstream(raw, topics, formats),
+        formats=MappingProxyType(formats),
     )
     for topic in topics:
         resolve_topic(config, topic, {})

@@ -10,7 +10,10 @@ from typing import Any
 from compactor.config.keys import LONG_MAX
 from compactor.exceptions import ConfigError
 from compactor.formats import TopicFormat
+from compactor.formats.spec import REGISTRY_FORMATS
 from compactor.lake.storage import LOCAL, Storage
+
+DOWNSTREAM_KEY_FORMATS = ("bytes", "string", "json", *sorted(REGISTRY_FORMATS))
 
 TABLE_MERGE_DEFAULT_MS = 10_000
 
@@ -116,11 +119,24 @@ class DownstreamTable:
     topic: str
     path: str
     key_column: str
-    key_format: str = "string"  # bytes | string | json
-    json_field: str | None = None
+    key_format: str = "string"  # one of DOWNSTREAM_KEY_FORMATS
+    json_field: str | None = None  # the key's field that is the column (json:<field>, ...)
+    registry: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def key_value(self, key: bytes) -> object | None:
         """The table's key for a Kafka key; None when the key cannot map (never deletes)."""
+        return self.key_values([key])[0]
+
+    def key_values(self, keys: list[bytes]) -> list[object | None]:
+        """:meth:`key_value` of each key; registry formats decode them all at once."""
+        if self.key_format in REGISTRY_FORMATS:
+            from compactor.formats.records import decode_keys
+
+            return decode_keys(keys, self.key_format, self.json_field, self.topic,
+                               self.registry)
+        return [self._plain(key) for key in keys]
+
+    def _plain(self, key: bytes) -> object | None:
         if self.key_format == "bytes":
             return key
         try:

@@ -155,7 +155,7 @@ class DownstreamEraser:
                 continue
             self.failed.pop((d.name, partition), None)
             keys += rows.column("key").to_pylist()
-        mapped = {v for v in (d.key_value(k) for k in keys) if v is not None}
+        mapped = {v for v in d.key_values(keys) if v is not None}
         if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
             self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
             return {p: hi for p, (_, hi) in ranges.items()} if keys else {}

@@ -21,12 +21,14 @@ How a failure is classified, so that a registry outage never rejects good record
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from compactor.formats.exceptions import SchemaRegistryUnavailableError
+from compactor.formats.protobuf import ProtobufReader, message_to_arrow
 from compactor.formats.spec import RecordFormat
 from compactor.formats.types import (
     Untypable,
@@ -81,7 +83,11 @@ class Decoder:
         self.topic = topic
         self.side = "key" if is_key else "value"
         self._declared = ddl_to_arrow(fmt.schema) if fmt.name == "json" and fmt.schema else None
-        self._types: dict[int, pa.DataType | str] = {}  # schema id -> type, or why untypable
+        # writer -> type, or why it has none. A writer is a schema id; for Protobuf, a schema
+        # id and the message indexes that pick a message type in it.
+        self._types: dict[Hashable, pa.DataType | str] = {}
+        self._messages: dict[Hashable, Any] = {}  # Protobuf writer -> message descriptor
+        self._protobuf: ProtobufReader | None = None
         self._client: Any = None
         self._deserializer: Any = None
         self._ctx: Any = None
@@ -104,24 +110,33 @@ class Decoder:
             from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
             self._deserializer = JSONDeserializer(None, schema_registry_client=self._client)
+        elif self.format.name == "protobuf":
+            self._protobuf = ProtobufReader(self._client, self._ctx)
         else:  # refused at load (compactor.config); kept out of the decoder's paths
             raise ValueError(f"format {self.format.name!r} cannot be decoded")
 
     # ------------------------------------------------------------------ registry schemas
 
-    def _schema_type(self, schema_id: int) -> pa.DataType | str:
+    def _writer_type(self, writer: Hashable, schema_id: int) -> pa.DataType:
+        if self._protobuf is not None:
+            assert isinstance(writer, tuple)
+            message = self._protobuf.message_type(schema_id, writer[1])
+            self._messages[writer] = message
+            return message_to_arrow(message)
+        doc = json.loads(self._client.get_schema(schema_id).schema_str)
+        if self.format.name == "avro":
+            return avro_to_arrow(doc, where=self.side)
+        return json_schema_to_arrow(doc, where=self.side)
+
+    def _schema_type(self, writer: Hashable, schema_id: int) -> pa.DataType | str:
         """The Arrow type of a writer schema, or the reason it has none (step 2)."""
-        known = self._types.get(schema_id)
+        known = self._types.get(writer)
         if known is not None:
             return known
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
-            schema = self._client.get_schema(schema_id)
-            doc = json.loads(schema.schema_str)
-            result: pa.DataType | str = (
-                avro_to_arrow(doc, where=self.side) if self.format.name == "avro"
-                else json_schema_to_arrow(doc, where=self.side))
+            result: pa.DataType | str = self._writer_type(writer, schema_id)
         except SchemaRegistryError as exc:
             if exc.http_status_code != 404:
                 raise SchemaRegistryUnavailableError.at(self._url, exc) from exc
@@ -130,50 +145,62 @@ class Decoder:
             result = f"schema id {schema_id} has no column type: {exc}"
         except Exception as exc:  # httpx errors: the registry did not answer
             raise SchemaRegistryUnavailableError.at(self._url, exc) from exc
-        self._types[schema_id] = result
+        self._types[writer] = result
         return result
 
-    def _registry_one(self, data: bytes) -> tuple[int | None, Any, str | None]:
+    def _registry_one(self, data: bytes) -> tuple[Hashable, int | None, Any, str | None]:
+        """(writer, schema id, value, why it did not decode)."""
         if len(data) < 5 or data[0] != _MAGIC:
             first = f"0x{data[0]:02x}" if data else "nothing"
-            return None, None, (f"not in the Schema Registry wire format: the first byte is "
-                                f"{first}, not the magic byte 0x00 (was it produced with a "
-                                f"Confluent {self.format.name} serializer?)")
+            return None, None, None, (
+                f"not in the Schema Registry wire format: the first byte is {first}, not the "
+                f"magic byte 0x00 (was it produced with a Confluent {self.format.name} "
+                "serializer?)")
         schema_id = int.from_bytes(data[1:5], "big")
-        type_ = self._schema_type(schema_id)
+        writer: Hashable = schema_id
+        if self._protobuf is not None:
+            try:
+                writer = (schema_id, self._protobuf.framing(data)[1])
+            except ValueError as exc:
+                return None, schema_id, None, str(exc)
+        type_ = self._schema_type(writer, schema_id)
         if isinstance(type_, str):
-            return schema_id, None, type_
+            return writer, schema_id, None, type_
         try:
-            value = self._deserializer(data, self._ctx)
+            if self._protobuf is not None:
+                assert isinstance(writer, tuple)
+                value = self._protobuf.decode(data, schema_id, writer[1], self._messages[writer])
+            else:
+                value = self._deserializer(data, self._ctx)
         except Exception as exc:  # the schema is cached: this is about the record's bytes
-            return schema_id, None, (f"cannot be decoded with schema id {schema_id}: "
-                                     f"{type(exc).__name__}: {exc}")
-        return schema_id, value, None
+            return writer, schema_id, None, (f"cannot be decoded with schema id {schema_id}: "
+                                             f"{type(exc).__name__}: {exc}")
+        return writer, schema_id, value, None
 
     # --------------------------------------------------------------------------- decoding
 
-    def _one(self, data: bytes) -> tuple[int | None, Any, str | None]:
+    def _one(self, data: bytes) -> tuple[Hashable, int | None, Any, str | None]:
         name = self.format.name
         if self.format.uses_registry:
             return self._registry_one(data)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return None, None, f"not UTF-8 text: {exc}"
+            return None, None, None, f"not UTF-8 text: {exc}"
         if name == "string":
-            return None, text, None
+            return None, None, text, None
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            return None, None, f"not valid JSON: {exc}"
+            return None, None, None, f"not valid JSON: {exc}"
         if not isinstance(doc, dict):
-            return None, None, (f"a JSON {type(doc).__name__}, but the declared schema "
-                                f"({self.side}.schema) is a record")
-        return None, doc, None
+            return None, None, None, (f"a JSON {type(doc).__name__}, but the declared schema "
+                                      f"({self.side}.schema) is a record")
+        return None, None, doc, None
 
-    def _type_of(self, schema_id: int | None) -> pa.DataType:
-        if schema_id is not None:
-            found = self._types[schema_id]
+    def _type_of(self, writer: Hashable) -> pa.DataType:
+        if writer is not None:
+            found = self._types[writer]
             assert not isinstance(found, str)
             return found
         if self._declared is not None:
@@ -185,16 +212,16 @@ class Decoder:
         items = column.to_pylist()
         reasons: list[str | None] = [None] * len(items)
         schema_ids: list[int | None] = [None] * len(items)
-        groups: dict[int | None, Group] = {}
+        groups: dict[Hashable, Group] = {}
         for row, data in enumerate(items):
             if data is None:
                 continue
-            schema_id, value, reason = self._one(data)
+            writer, schema_id, value, reason = self._one(data)
             schema_ids[row] = schema_id
             if reason is None:
-                group = groups.get(schema_id)
+                group = groups.get(writer)
                 if group is None:
-                    group = groups[schema_id] = Group(schema_id, self._type_of(schema_id))
+                    group = groups[writer] = Group(schema_id, self._type_of(writer))
                 group.rows.append(row)
                 group.values.append(value)
             else:

@@ -8,11 +8,14 @@ bytes, so their keys are left out too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.formats.decoder import Decoded, Decoder
-from compactor.formats.spec import TopicFormat
+from compactor.formats.spec import RecordFormat, TopicFormat
 
 DecoderPair = tuple[Decoder | None, Decoder | None]  # (keys, values); None: bytes
 _PAIRS: dict[tuple[object, ...], DecoderPair] = {}
@@ -27,6 +30,28 @@ def decoders_for(topic: str, formats: TopicFormat) -> DecoderPair:
             Decoder(formats.key, registry, topic, True) if formats.key.typed else None,
             Decoder(formats.value, registry, topic, False) if formats.value.typed else None)
     return _PAIRS[ident]
+
+
+def by_row(decoded: Decoded) -> list[Any]:
+    """The decoded values (as Arrow gives them back) at their rows; None where none."""
+    out: list[Any] = [None] * len(decoded.reasons)
+    for group in decoded.groups:
+        for row, value in zip(group.rows, group.array().to_pylist(), strict=True):
+            out[row] = value
+    return out
+
+
+def decode_keys(keys: list[bytes], fmt: str, field: str | None, topic: str,
+                registry: Mapping[str, str]) -> list[Any]:
+    """Kafka keys of a registry format as a downstream table's keys: the decoded key, or its
+    ``field`` when given; None where a key does not decode, lacks the field, or is a
+    record without a field named (a record cannot be a column value to match)."""
+    pair = decoders_for(topic, TopicFormat(RecordFormat(fmt), RecordFormat(), registry))
+    assert pair[0] is not None
+    values = by_row(pair[0].decode(pa.array(keys, pa.binary())))
+    if field is None:
+        return [None if isinstance(v, dict) else v for v in values]
+    return [v.get(field) if isinstance(v, dict) else None for v in values]
 
 
 def decode_records(records: pa.RecordBatch | pa.Table,

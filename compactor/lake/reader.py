@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from compactor.exceptions import CompactorError
 from compactor.formats import Decoder
+from compactor.formats.records import by_row
 from compactor.lake.layout import LOG_SCHEMA
 
 FORMATS = ("jsonl", "csv")
@@ -77,11 +78,7 @@ def _decoded(batch: pa.RecordBatch, decoder: Decoder | None, side: str,
     if decoder is None:
         return None
     result = decoder.decode(batch.column(side))
-    out: list[tuple[Any, str | None]] = [(None, r) for r in result.reasons]
-    for group in result.groups:
-        for row, value in zip(group.rows, group.array().to_pylist(), strict=True):
-            out[row] = (value, None)
-    return out
+    return list(zip(by_row(result), result.reasons, strict=True))
 
 
 def render(rows: Iterable[dict[str, Any]], key_format: str, value_format: str,

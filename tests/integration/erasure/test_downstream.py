@@ -95,9 +95,42 @@ def test_downstream_config_is_validated() -> None:
     with pytest.raises(ConfigError, match="downstream.m.topic='orders'"):
         build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "orders",
                       "downstream.m.key.column": "k"})
-    with pytest.raises(ConfigError, match="must be bytes, string or json:<field>"):
-        build_config({**base, "downstream.m.path": "/x", "downstream.m.topic": "users",
-                      "downstream.m.key.column": "k", "downstream.m.key.format": "xml"})
+    table = {**base, "downstream.m.path": "/x", "downstream.m.topic": "users",
+             "downstream.m.key.column": "k"}
+    for bad in ("xml", "json", "string:id"):
+        with pytest.raises(ConfigError, match="must be bytes, string, json:<field>, or avro"):
+            build_config({**table, "downstream.m.key.format": bad})
+    with pytest.raises(ConfigError, match="schema.registry.url='': is required: downstream.m"):
+        build_config({**table, "downstream.m.key.format": "avro:id"})
+
+
+@pytest.mark.parametrize(("key_format", "schema", "key_of"), [
+    ("avro:id", {"type": "record", "name": "UserKey", "fields": [{"name": "id",
+                                                                  "type": "string"}]},
+     lambda user: {"id": user}),
+    ("avro", "string", lambda user: user),
+])
+def test_keys_in_the_registry_wire_format_delete_their_rows(
+        tmp_path: Path, schema_registry, key_format, schema, key_of) -> None:
+    """Avro keys through the topic's registry: a record key's field, or a primitive key."""
+    import json
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    make_downstream(tmp_path / "marts")
+    config = config_for(tmp_path, **{"downstream.marts.key.format": key_format,
+                                     "schema.registry.url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    client.set_compatibility("users-key", "NONE")  # the session's registry: each case's own
+    serialize = AvroSerializer(client, json.dumps(schema))
+    ctx = SerializationContext("users", MessageField.KEY)
+    keys = [serialize(key_of(user), ctx) for user in ("u1", "u3")]
+    append(config, "users", 0, [(0, keys[0], None, T0), (1, keys[1], None, T0),
+                                (2, b"\x01 not avro", None, T0)], now_ms=T0)
+    assert DownstreamEraser(config).catch_up("users") == {"marts": {0: 2}}
+    assert rows(tmp_path / "marts") == ["u2", "u4"]
 
 
 def test_audit_finds_an_erased_key_in_a_downstream_table_until_it_is_vacuumed(

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
@@ -34,6 +35,7 @@ from tests.integration.helpers import (
     running,
     write_config,
 )
+from tests.proto_messages import message_classes, shop_file
 
 USER_V1 = {"type": "record", "name": "User", "fields": [
     {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
@@ -163,6 +165,65 @@ def test_json_schema_from_the_registry(broker, topic_factory, lake_config,
     assert doc["topics"][topic]["value.format"]["value"] == "json-schema"
     assert doc["pipeline"]["schema.registry.basic.auth.user.info"] == "reader:[redacted]"
     assert "s3cret" not in described.stdout
+
+
+@pytest.mark.usefixtures("spark")
+def test_protobuf_without_generated_classes(broker, topic_factory, lake_config,
+                                            schema_registry, tmp_path) -> None:
+    """Decoded from the registry's descriptors alone; a second message type of the same
+    file (message indexes [1]), a new field, a type change and broken bytes."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    client.set_compatibility(f"{topic}-value", "NONE")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+
+    def serialize(proto, message: str, **fields) -> bytes:
+        cls = message_classes(proto)[message]
+        return ProtobufSerializer(cls, client, {"use.deprecated.format": False})(
+            cls(**fields), ctx)
+
+    v1 = serialize(shop_file(1), "Customer", name="ann", age=41, points=2**64 - 1,
+                   tags=["a"], tier=1, counters={"logins": 7})
+    v2 = serialize(shop_file(2), "Customer", name="bob", age=7, country="NO")
+    order = serialize(shop_file(1), "Order", id="o-1")
+    retyped = serialize(shop_file(1, age_type="string", name="shop2.proto"), "Customer",
+                        name="cy", age="old")
+    records = [Record(b"c1", v1, 0), Record(b"c2", v2, 0), Record(b"o1", order, 0),
+               Record(b"c3", retyped, 0), Record(b"c4", v1[:7] + b"\xff\xff", 0),
+               Record(b"c5", v1, 0), Record(b"c5", None, 0)]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic, log_cleaner_enable="false", value_format="protobuf",
+                         schema_registry_url=schema_registry.url)
+    summary = run_once(config)
+    assert summary.ingest.rejected == 1  # the broken bytes; the type change is the MERGE's
+    table = _table(config, topic)
+    assert sorted(table) == [b"c1", b"c2", b"o1"]
+    c1, c2, o1 = table[b"c1"], table[b"c2"], table[b"o1"]
+    assert (c1["name"], c1["age"], c1["points"], c1["tags"], c1["tier"]) == (
+        "ann", 41, 2**64 - 1, ["a"], "GOLD")
+    assert (c1["counters"], c1["nickname"], c1["country"]) == ([("logins", 7)], None, None)
+    assert (c2["name"], c2["country"], c2["tier"]) == ("bob", "NO", "FREE")
+    assert (o1["id"], o1["name"]) == ("o-1", None)  # Order: its own column, Customer's null
+    rejected = {r["key"]: r for r in rejected_table(config, topic).to_pylist()}
+    assert sorted(rejected) == [b"c3", b"c4"]
+    assert "type change" in rejected[b"c3"]["reason"]
+    assert "cannot be decoded with schema id" in rejected[b"c4"]["reason"]
+    assert rejected[b"c4"]["value"] == records[4].value
+
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path, "value.format": "protobuf",
+        "schema.registry.url": schema_registry.url, "downstream.m.path": str(tmp_path / "m"),
+        "downstream.m.topic": topic, "downstream.m.key.column": "id",
+        "downstream.m.key.format": "protobuf:id"})
+    described = compactor("describe-config", "--config", str(conf), "--json")
+    assert described.returncode == 0, described.stderr[-2000:]
+    assert json.loads(described.stdout)["pipeline"]["downstream.m.key.format"] == "protobuf:id"
+    read = compactor("read", "--config", str(conf), "--topic", topic)
+    assert read.returncode == 0, read.stderr[-2000:]
+    first = json.loads(read.stdout.splitlines()[0])["value"]
+    # uint64 as a string, as in Protobuf's own JSON mapping (it exceeds a JSON double)
+    assert (first["name"], first["tier"], first["points"]) == ("ann", "GOLD", str(2**64 - 1))
 
 
 @pytest.mark.usefixtures("spark")

@@ -28,7 +28,7 @@ def test_plain_keys_apply_to_every_topic_and_topic_keys_win() -> None:
     ({"value.format": "json"}, "value.schema", "is required when value.format=json"),
     ({"key.format": "json", "key.schema": "id BIGGINT"}, "key.schema", "unknown type"),
     ({"value.format": "avro"}, "schema.registry.url", "is required: topic users"),
-    ({"topic.users.value.format": "protobuf"}, "topic.users.value.format", "not supported yet"),
+    ({"topic.users.value.format": "protobuf"}, "schema.registry.url", "value.format=protobuf"),
     ({"value.schema": "id INT"}, "value.schema", "only read when value.format=json"),
     ({"schema.registry.url": "http://r", "schema.registry.nope": "1"}, "schema.registry.*",
      "Unrecognized properties: nope"),
