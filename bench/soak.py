@@ -21,6 +21,7 @@ Prints figures and ratios, never asserts: it is not a test.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -151,7 +152,8 @@ def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
     })
 
 
-def _batch_times(seen: dict[int, float]) -> None:
+def _batch_times(seen: dict[int, float], parts: dict[int, dict[str, float]]) -> None:
+    """Each micro-batch's time, and Spark's own parts of it (``durationMs``) with its size."""
     from pyspark.sql import SparkSession
 
     # The engine runs in another thread; the active session is per thread, the default is not.
@@ -160,6 +162,52 @@ def _batch_times(seen: dict[int, float]) -> None:
         for p in query.recentProgress:
             if p.numInputRows:
                 seen[p.batchId] = p.durationMs.get("triggerExecution", 0) / 1000
+                parts.setdefault(p.batchId, {}).update(
+                    {f"spark {k}": v / 1000 for k, v in p.durationMs.items()
+                     if k != "triggerExecution"})
+                parts[p.batchId]["spark input rows (partition ranges)"] = float(p.numInputRows)
+
+
+class _Steps(logging.Handler):
+    """The mirror's own steps of each micro-batch (the ``steps`` of its batch log record)."""
+
+    def __init__(self, parts: dict[int, dict[str, float]]) -> None:
+        super().__init__(logging.INFO)
+        self.parts = parts
+
+    def emit(self, record: logging.LogRecord) -> None:
+        steps = getattr(record, "steps", None)
+        if steps is not None:
+            self.parts.setdefault(record.batch_id, {}).update(  # type: ignore[attr-defined]
+                {f"mirror {k}": v for k, v in steps.items()})
+
+
+def _capture_steps(parts: dict[int, dict[str, float]]) -> logging.Handler:
+    """Collect the mirror's batch records into ``parts``; its warnings still print."""
+    mirror_log = logging.getLogger("streaming.query")
+    mirror_log.setLevel(logging.INFO)
+    handler = _Steps(parts)
+    mirror_log.addHandler(handler)
+    if mirror_log.propagate:
+        quiet = logging.StreamHandler()
+        quiet.setLevel(logging.WARNING)
+        mirror_log.addHandler(quiet)
+        mirror_log.propagate = False
+    return handler
+
+
+def _print_parts(parts: dict[int, dict[str, float]], first: list[int],
+                 last: list[int] | None = None) -> None:
+    """Medians of each part over the batches ``first`` (and ``last``, with the ratio)."""
+    keys = sorted({key for i in first + (last or []) for key in parts.get(i, {})})
+    for key in keys:
+        a = statistics.median(parts.get(i, {}).get(key, 0.0) for i in first)
+        if last is None:
+            print(f"    {key:<40} {a:>10.3f}")
+            continue
+        b = statistics.median(parts.get(i, {}).get(key, 0.0) for i in last)
+        ratio = f"{b / a:>9.2f}x" if a else f"{'-':>10}"
+        print(f"    {key:<40} {a:>10.3f} {b:>10.3f} {ratio}")
 
 
 def continuous(args: argparse.Namespace, work: Path) -> None:
@@ -177,11 +225,13 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         thread.start()
         samples: list[dict[str, float]] = []
         batches: dict[int, float] = {}
+        parts: dict[int, dict[str, float]] = {}
+        _capture_steps(parts)
         started = time.monotonic()
         end = started + args.minutes * 60
         while time.monotonic() < end and thread.is_alive():
             time.sleep(args.sample)
-            _batch_times(batches)
+            _batch_times(batches, parts)
             topics, _ = collect_status(service.config)
             sample = {"t": time.monotonic() - started,
                       "lag": float(sum(p.lag or 0 for t in topics for p in t.partitions)),
@@ -197,6 +247,10 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         service.request_stop()
         thread.join(120)
     _report(samples, batches, producer.sent)
+    ids = [i for i in sorted(batches) if i in parts]
+    k = max(1, len(ids) // 10)
+    print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
+    _print_parts(parts, ids[:k], ids[-k:])
 
 
 def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: int) -> None:
@@ -313,16 +367,21 @@ def fixed_cost(args: argparse.Namespace, work: Path) -> None:
             thread = threading.Thread(target=service.run, daemon=True)
             thread.start()
             batches: dict[int, float] = {}
+            parts: dict[int, dict[str, float]] = {}
+            handler = _capture_steps(parts)
             end = time.monotonic() + args.fixed_seconds
             while time.monotonic() < end:
                 time.sleep(2)
-                _batch_times(batches)
+                _batch_times(batches, parts)
             producer.stop.set()
             service.request_stop()
             thread.join(120)
             steady = [batches[i] for i in sorted(batches)[3:]]  # past the query's warm-up
             figures[name] = statistics.median(steady) if steady else float("nan")
-            print(f"  {name}: {len(steady)} micro-batches, median {figures[name]:.2f}s")
+            print(f"  {name}: {len(steady)} micro-batches, median {figures[name]:.2f}s; "
+                  "its parts (medians, seconds):")
+            _print_parts(parts, [i for i in sorted(batches)[3:] if i in parts])
+            logging.getLogger("streaming.query").removeHandler(handler)
     print(f"\na micro-batch over {args.preload_files:,} files: {figures['preloaded']:.2f}s, over "
           f"an empty log: {figures['empty']:.2f}s, "
           f"{figures['preloaded'] / figures['empty']:.2f}x")
@@ -341,8 +400,6 @@ def main() -> None:
                         help="fixed-cost mode: a log of this many files against an empty one")
     parser.add_argument("--fixed-seconds", type=float, default=60.0)
     args = parser.parse_args()
-    import logging
-
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         if args.preload_files:

@@ -129,6 +129,7 @@ class Mirror:
             return
         client = self.config.kafka_client_config()
         fail = self.config.fail_on_data_loss
+        planned = time.monotonic()
         results = (
             self.spark.sparkContext.parallelize(plans, len(plans))
             .map(lambda plan: write_range(plan, client, 120_000, fail))
@@ -136,8 +137,11 @@ class Mirror:
         )
         if self.incarnations is not None:  # nothing read from a recreated topic is committed
             self.incarnations.verify({plan.topic for plan in plans})
+        written = time.monotonic()
         with self.commit_lock:
+            locked = time.monotonic()
             stats = commit_ranges(self.config, results, self.generations)
+            committed = time.monotonic()
             for topic in sorted(stats):
                 erased = self.readers.catch_up(topic).erased
                 if erased:
@@ -145,13 +149,18 @@ class Mirror:
                         hook(topic)
         merging = time.monotonic()
         self.merge_tables()
-        merge_s = time.monotonic() - merging
-        took = time.monotonic() - started
+        done = time.monotonic()
+        merge_s, took = done - merging, done - started
+        # Where a micro-batch's time goes, for bench/soak.py (a log record's ``steps``).
+        steps = {"plan": planned - started, "write": written - planned,
+                 "wait": locked - written, "commit": committed - locked,
+                 "readers": merging - committed, "table": merge_s}
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs (%.1fs of it merging "
                  "the latest-value table)", batch_id, records,
                  sum(s.rejected for s in stats.values()),
-                 sum(s.files for s in stats.values()), took, merge_s)
+                 sum(s.files for s in stats.values()), took, merge_s,
+                 extra={"batch_id": batch_id, "steps": steps})
         self.totals.add(stats, took, merge_s)
         for listener in self.listeners:
             listener(batch_id, stats)

@@ -24,7 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2, wrappers_pb2
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    empty_pb2,
+    timestamp_pb2,
+    wrappers_pb2,
+)
 from google.protobuf.message_factory import GetMessageClass
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -79,6 +85,7 @@ def message_classes(proto: descriptor_pb2.FileDescriptorProto) -> dict[str, type
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
     pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    pool.AddSerializedFile(empty_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(proto)
     return {m.name: GetMessageClass(pool.FindMessageTypeByName(f"{proto.package}.{m.name}"))
             for m in proto.message_type}
@@ -91,4 +98,19 @@ def recursive_file() -> descriptor_pb2.FileDescriptorProto:
     node = proto.message_type.add(name="Node")
     _field(node, "name", 1, _F.TYPE_STRING)
     _field(node, "children", 2, _F.TYPE_MESSAGE, repeated=True, type_name=".tree.Node")
+    return proto
+
+
+def hollow_file() -> descriptor_pb2.FileDescriptorProto:
+    """``message Hollow { google.protobuf.Empty nothing = 1; }`` and
+    ``message Holder { string name = 1; Hollow hollow = 2; repeated Hollow hollows = 3; }``"""
+    proto = descriptor_pb2.FileDescriptorProto(name="hollow.proto", package="hollow",
+                                               syntax="proto3",
+                                               dependency=["google/protobuf/empty.proto"])
+    hollow = proto.message_type.add(name="Hollow")
+    _field(hollow, "nothing", 1, _F.TYPE_MESSAGE, type_name=".google.protobuf.Empty")
+    holder = proto.message_type.add(name="Holder")
+    _field(holder, "name", 1, _F.TYPE_STRING)
+    _field(holder, "hollow", 2, _F.TYPE_MESSAGE, type_name=".hollow.Hollow")
+    _field(holder, "hollows", 3, _F.TYPE_MESSAGE, repeated=True, type_name=".hollow.Hollow")
     return proto

@@ -145,11 +145,16 @@ def message_to_python(message: Any) -> dict[str, Any]:
 
 
 def _has_columns(field: Any) -> bool:
-    """False for a field of a message type with no fields (it got no column)."""
-    name = field.message_type.full_name
-    if name == _TIMESTAMP or name in _WRAPPERS or name in _JSON_TYPES:
-        return True
-    return any(True for _ in field.message_type.fields)
+    """False for a field of a message type that got no column (its type has none: ``Empty``,
+    or only fields like that). Known per message type, worked out once."""
+    message = field.message_type
+    known = _HAS_COLUMNS.get(message.full_name)
+    if known is None:
+        known = _HAS_COLUMNS[message.full_name] = _single_type(field, ()) is not None
+    return known
+
+
+_HAS_COLUMNS: dict[str, bool] = {}
 
 
 def _single(value: Any, field: Any) -> Any:

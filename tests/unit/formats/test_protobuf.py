@@ -7,7 +7,7 @@ import pytest
 
 from compactor.formats.protobuf import _name_at, message_to_arrow, message_to_python
 from compactor.formats.types import TIMESTAMP, Untypable
-from tests.proto_messages import message_classes, recursive_file, shop_file
+from tests.proto_messages import hollow_file, message_classes, recursive_file, shop_file
 
 CUSTOMER = pa.struct([
     ("name", pa.string()), ("age", pa.int32()), ("points", pa.decimal128(20, 0)),
@@ -45,6 +45,17 @@ def test_values_fit_their_type_with_presence_as_protobuf_defines_it() -> None:
     assert (rows[1]["nickname"], rows[1]["since"], rows[1]["address"], rows[1]["note"]) == (
         None, None, None, None)
     assert rows[2]["tier"] == "5"
+
+
+def test_messages_without_fields_get_no_column() -> None:
+    """Parquet cannot store an empty struct; ``Empty`` (and a message of only such fields)
+    holds no data, so it is left out of the type and of the values alike."""
+    holder = message_classes(hollow_file())["Holder"]
+    message = holder(name="x")
+    message.hollow.SetInParent()
+    message.hollows.add()
+    assert message_to_arrow(holder.DESCRIPTOR) == pa.struct([("name", pa.string())])
+    assert message_to_python(message) == {"name": "x"}
 
 
 def test_a_recursive_message_has_no_column_type() -> None:
