@@ -147,14 +147,14 @@ def message_to_python(message: Any) -> dict[str, Any]:
 def _has_columns(field: Any) -> bool:
     """False for a field of a message type that got no column (its type has none: ``Empty``,
     or only fields like that). Known per message type, worked out once."""
-    message = field.message_type
-    known = _HAS_COLUMNS.get(message.full_name)
+    message = field.message_type  # the descriptor, not its name: schemas may reuse a name
+    known = _HAS_COLUMNS.get(message)
     if known is None:
-        known = _HAS_COLUMNS[message.full_name] = _single_type(field, ()) is not None
+        known = _HAS_COLUMNS[message] = _single_type(field, ()) is not None
     return known
 
 
-_HAS_COLUMNS: dict[str, bool] = {}
+_HAS_COLUMNS: dict[Any, bool] = {}
 
 
 def _single(value: Any, field: Any) -> Any:
