@@ -18,7 +18,7 @@ from compactor.exceptions import ConfigError
 from compactor.formats import FORMATS, RecordFormat, TopicFormat
 from compactor.formats.types import Untypable, ddl_to_arrow
 
-__all__ = ["FORMAT_KEYS", "REGISTRY_PREFIX", "topic_formats"]
+__all__ = ["FORMAT_KEYS", "REGISTRY_PREFIX", "require_registry_url", "topic_formats"]
 REGISTRY_PREFIX = "schema.registry."
 
 
@@ -48,6 +48,13 @@ def _record_format(side: str, given: Mapping[str, tuple[str, str]]) -> RecordFor
     return RecordFormat(name)
 
 
+def require_registry_url(registry: Mapping[str, str], why: str) -> None:
+    """A registry format needs ``schema.registry.url``; ``why`` says which key asks for one."""
+    if not registry.get("url"):
+        raise ConfigError("schema.registry.url", "", f"is required: {why}",
+                          "for example schema.registry.url=http://localhost:8081")
+
+
 def _check_registry(conf: Mapping[str, str]) -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -74,11 +81,9 @@ def topic_formats(topics: tuple[str, ...], plain: Mapping[str, str],
         given |= {k: (f"topic.{topic}.{k}", v) for k, v in per_topic.get(topic, {}).items()}
         fmt = TopicFormat(_record_format("key", given), _record_format("value", given),
                           registry_conf)
-        if (fmt.key.uses_registry or fmt.value.uses_registry) and not registry.get("url"):
-            side = "key" if fmt.key.uses_registry else "value"
-            raise ConfigError("schema.registry.url", "", f"is required: topic {topic} has "
-                              f"{side}.format={getattr(fmt, side).name}",
-                              "for example schema.registry.url=http://localhost:8081")
+        for side, rf in (("key", fmt.key), ("value", fmt.value)):
+            if rf.uses_registry:
+                require_registry_url(registry, f"topic {topic} has {side}.format={rf.name}")
         formats[topic] = fmt
     if registry:
         _check_registry(registry)

@@ -11,7 +11,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from compactor.config.formats import FORMAT_KEYS, REGISTRY_PREFIX, topic_formats
+from compactor.config.formats import (
+    FORMAT_KEYS,
+    REGISTRY_PREFIX,
+    require_registry_url,
+    topic_formats,
+)
 from compactor.config.keys import (
     BROKER_ALIASES,
     CLEANER_KEYS,
@@ -76,10 +81,9 @@ def _downstream(raw: Mapping[str, str], topics: tuple[str, ...],
                               "must be bytes, string, json:<field>, or avro, json-schema or "
                               "protobuf (each optionally :<field>)")
         registry = formats[attrs["topic"]].registry
-        if fmt in REGISTRY_FORMATS and not registry.get("url"):
-            raise ConfigError("schema.registry.url", "", f"is required: downstream.{name}."
-                              f"key.format={given} reads keys through the registry",
-                              "for example schema.registry.url=http://localhost:8081")
+        if fmt in REGISTRY_FORMATS:
+            require_registry_url(registry, f"downstream.{name}.key.format={given} reads keys "
+                                 "through the registry")
         tables.append(DownstreamTable(name, attrs["topic"], attrs["path"], attrs["key.column"],
                                       fmt, field_name or None, registry))
     return tuple(tables)

@@ -86,7 +86,6 @@ class Decoder:
         # writer -> type, or why it has none. A writer is a schema id; for Protobuf, a schema
         # id and the message indexes that pick a message type in it.
         self._types: dict[Hashable, pa.DataType | str] = {}
-        self._messages: dict[Hashable, Any] = {}  # Protobuf writer -> message descriptor
         self._protobuf: ProtobufReader | None = None
         self._client: Any = None
         self._deserializer: Any = None
@@ -120,9 +119,7 @@ class Decoder:
     def _writer_type(self, writer: Hashable, schema_id: int) -> pa.DataType:
         if self._protobuf is not None:
             assert isinstance(writer, tuple)
-            message = self._protobuf.message_type(schema_id, writer[1])
-            self._messages[writer] = message
-            return message_to_arrow(message)
+            return message_to_arrow(self._protobuf.message_type(schema_id, writer[1]))
         doc = json.loads(self._client.get_schema(schema_id).schema_str)
         if self.format.name == "avro":
             return avro_to_arrow(doc, where=self.side)
@@ -169,7 +166,7 @@ class Decoder:
         try:
             if self._protobuf is not None:
                 assert isinstance(writer, tuple)
-                value = self._protobuf.decode(data, schema_id, writer[1], self._messages[writer])
+                value = self._protobuf.decode(data, schema_id, writer[1])
             else:
                 value = self._deserializer(data, self._ctx)
         except Exception as exc:  # the schema is cached: this is about the record's bytes

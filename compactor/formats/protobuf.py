@@ -182,6 +182,7 @@ class ProtobufReader:
     def __init__(self, client: Any, ctx: Any) -> None:
         self._client = client
         self._ctx = ctx
+        self._messages: dict[tuple[int, tuple[int, ...]], Any] = {}  # writer -> descriptor
         self._deserializers: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     def framing(self, data: bytes) -> tuple[int, tuple[int, ...]]:
@@ -199,8 +200,12 @@ class ProtobufReader:
         return int(schema_id.id), tuple(schema_id.message_indexes or [0])
 
     def message_type(self, schema_id: int, indexes: tuple[int, ...]) -> Any:
-        """The writer's message descriptor. Registry errors propagate (the caller sorts an
-        unknown id from an outage); :class:`Untypable` when the indexes name no message."""
+        """The writer's message descriptor, built once. Registry errors propagate (the caller
+        sorts an unknown id from an outage); :class:`Untypable` when the indexes name no
+        message."""
+        known = self._messages.get((schema_id, indexes))
+        if known is not None:
+            return known
         from confluent_kafka.schema_registry.common.protobuf import _init_pool, _str_to_proto
         from confluent_kafka.schema_registry.protobuf import _resolve_named_schema
         from google.protobuf.descriptor_pool import DescriptorPool
@@ -214,18 +219,20 @@ class ProtobufReader:
             pool.Add(proto)
         except Exception as exc:  # not a FileDescriptorProto: a .proto text, a bad reference
             raise Untypable(f"the schema is not a readable Protobuf descriptor ({exc})") from exc
-        return pool.FindMessageTypeByName(_name_at(proto, indexes))
+        message = pool.FindMessageTypeByName(_name_at(proto, indexes))
+        self._messages[(schema_id, indexes)] = message
+        return message
 
-    def decode(self, data: bytes, schema_id: int, indexes: tuple[int, ...],
-               desc: Any) -> dict[str, Any]:
-        """One record, with confluent-kafka's deserializer and a class made for its writer."""
+    def decode(self, data: bytes, schema_id: int, indexes: tuple[int, ...]) -> dict[str, Any]:
+        """One record (its writer's type known: :meth:`message_type` first), with
+        confluent-kafka's deserializer and a class made for that writer."""
         key = (schema_id, indexes)
         deserializer = self._deserializers.get(key)
         if deserializer is None:
             from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
             from google.protobuf.message_factory import GetMessageClass
 
-            deserializer = ProtobufDeserializer(GetMessageClass(desc), {},
+            deserializer = ProtobufDeserializer(GetMessageClass(self._messages[key]), {},
                                                 schema_registry_client=self._client)
             self._deserializers[key] = deserializer
         return message_to_python(deserializer(data, self._ctx))
