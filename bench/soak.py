@@ -8,8 +8,15 @@ each, a producer writing ``--rate`` records a second to each (updates of ``--key
 tombstones on the compacted one), and ``compactor run``'s engine with a 1 s trigger, in this
 process. Every ``--sample`` seconds it records each micro-batch's time (Spark's own progress
 reports), the log's data files per partition and per segment, the ``_delta_log`` files of
-each table, the resident memory of the driver, its JVM and Spark's Python workers, and the
-consumer lag. It prints the first 10% of the run against the last 10%.
+each table, the resident memory of the driver, its JVM and Spark's Python workers, the
+consumer lag, and the broker's own answer time for ListOffsets. It prints the first 10% of
+the run against the last 10%, and the micro-batch time by tenth of the run.
+
+The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
+and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
+Apache Kafka looks the offset up in an index; a producer sending ten times a second made the
+broker, not the mirror, the part of a micro-batch that grew. The broker row shows what is
+left of it.
 
 Preload mode: a log of ``--preload-files`` one-record files (days of micro-batches; the
 broker holds the same offsets), then the mirror with the cleaner off ingests a small batch a
@@ -40,6 +47,7 @@ from workloads import create_topic  # noqa: E402
 from checkpoints import INGEST  # noqa: E402
 from compactor.config import build_config  # noqa: E402
 from compactor.ingest.writer import RangeResult, commit_ranges  # noqa: E402
+from compactor.kafka.offsets import OffsetReader  # noqa: E402
 from compactor.lake.datafiles import write_data_file  # noqa: E402
 from compactor.lake.layout import (  # noqa: E402
     KAFKA_SCHEMA,
@@ -80,8 +88,10 @@ def _children(pid: int) -> list[int]:
 
 
 def memory_mb() -> dict[str, float]:
-    """Resident memory of this driver, its JVM, and every Python worker under the JVM."""
-    out = {"driver": _rss_kb(os.getpid()) / 1024, "jvm": 0.0, "workers": 0.0}
+    """Resident memory of this driver, its JVM, and every Python worker under the JVM (their
+    sum, how many there are, and the largest: more workers and a growing worker differ)."""
+    out = {"driver MB": _rss_kb(os.getpid()) / 1024, "jvm MB": 0.0, "workers MB": 0.0}
+    sizes = []
     todo = _children(os.getpid())
     while todo:
         pid = todo.pop()
@@ -89,10 +99,13 @@ def memory_mb() -> dict[str, float]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        kind = "jvm" if b"java" in cmd.split(b"\0")[0] else "workers"
+        kind = "jvm MB" if b"java" in cmd.split(b"\0")[0] else "workers MB"
         out[kind] += _rss_kb(pid) / 1024
+        if kind == "workers MB":
+            sizes.append(_rss_kb(pid) / 1024)
         todo += _children(pid)
-    return out
+    return out | {"worker processes": float(len(sizes)),
+                  "largest worker MB": max(sizes, default=0.0)}
 
 
 def lake_files(lake: Path, topic: str) -> dict[str, float]:
@@ -118,7 +131,7 @@ def lake_files(lake: Path, topic: str) -> dict[str, float]:
 
 
 class Producer(threading.Thread):
-    """``rate`` records a second to each topic, in 10 batches a second, until stopped."""
+    """``rate`` records a second to each topic, sent once a second, until stopped."""
 
     def __init__(self, bootstrap: str, topics: list[str], rate: int, keys: int) -> None:
         super().__init__(daemon=True)
@@ -128,7 +141,7 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         i = 0
-        per_tick = max(1, self.rate // 10)
+        per_tick = max(1, self.rate)
         while not self.stop.is_set():
             tick = time.monotonic()
             for topic in self.topics:
@@ -140,7 +153,7 @@ class Producer(threading.Thread):
                     i += 1
                 produce(self.bootstrap, topic, records)
                 self.sent += len(records)
-            self.stop.wait(max(0.0, 0.1 - (time.monotonic() - tick)))
+            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
 def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
@@ -219,14 +232,17 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
                      segment_ms=str(args.segment_ms), retention_ms=str(args.retention_ms))
         producer = Producer(broker.bootstrap_servers, [compact, delete], args.rate, args.keys)
         producer.start()
-        service = Service(_config(broker.bootstrap_servers, work, [compact, delete],
-                                  **{"log.cleaner.backoff.ms": "5000"}))
+        service = Service(_config(broker.bootstrap_servers, work, [compact, delete], **{
+            "log.cleaner.backoff.ms": "5000",
+            f"topic.{delete}.vacuum.grace.ms": str(args.delete_vacuum_grace_ms)}))
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         samples: list[dict[str, float]] = []
         batches: dict[int, float] = {}
         parts: dict[int, dict[str, float]] = {}
         _capture_steps(parts)
+        offsets = OffsetReader({"bootstrap.servers": broker.bootstrap_servers})
+        tps = [(t, p) for t in (compact, delete) for p in range(PARTITIONS)]
         started = time.monotonic()
         end = started + args.minutes * 60
         while time.monotonic() < end and thread.is_alive():
@@ -235,14 +251,17 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             topics, _ = collect_status(service.config)
             sample = {"t": time.monotonic() - started,
                       "lag": float(sum(p.lag or 0 for t in topics for p in t.partitions)),
-                      **{f"{k} MB": v for k, v in memory_mb().items()}}
+                      "broker ListOffsets, ms": _list_offsets_ms(offsets, tps),
+                      **memory_mb()}
             for topic in (compact, delete):
                 sample |= {f"{topic} {k}": v for k, v in lake_files(work / "lake", topic).items()}
             samples.append(sample)
             print(f"  {sample['t']:6.0f}s  batches {len(batches):5d}  lag {sample['lag']:7.0f}"
                   f"  files {sample.get(f'{delete} files', 0):5.0f}/"
                   f"{sample.get(f'{compact} files', 0):5.0f}  driver "
-                  f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB", flush=True)
+                  f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB  workers "
+                  f"{sample['worker processes']:.0f} {sample['workers MB']:5.0f} MB  broker "
+                  f"{sample['broker ListOffsets, ms']:5.1f} ms", flush=True)
         producer.stop.set()
         service.request_stop()
         thread.join(120)
@@ -251,6 +270,16 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
     k = max(1, len(ids) // 10)
     print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
     _print_parts(parts, ids[:k], ids[-k:])
+
+
+def _list_offsets_ms(offsets: OffsetReader, tps: list[tuple[str, int]]) -> float:
+    """The broker's own time for the ListOffsets(latest) a micro-batch's source sends."""
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        offsets.offsets(tps, "latest")
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
 
 
 def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: int) -> None:
@@ -273,6 +302,17 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
         b = statistics.fmean(s.get(key, 0) for s in last)
         ratio = f"{b / a:>9.2f}x" if a else f"{'-':>10}"
         print(f"  {key:<40} {a:>10.1f} {b:>10.1f} {ratio}")
+    tenth = max(1, len(ids) // 10)
+    medians = [statistics.median(batches[i] for i in ids[j:j + tenth])
+               for j in range(0, tenth * 10, tenth) if ids[j:j + tenth]]
+    print("  micro-batch time by tenth of the run, s: "
+          + " ".join(f"{m:.2f}" for m in medians))
+    # The first tenth holds the start (the JVM loading classes, Python workers forking): the
+    # means of each later tenth show whether a figure keeps growing or has levelled off.
+    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB"):
+        means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
+                 for j in range(0, n * 10, n) if samples[j:j + n]]
+        print(f"  {key} by tenth of the run: " + " ".join(f"{m:.0f}" for m in means))
 
 
 def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
@@ -396,6 +436,11 @@ def main() -> None:
     parser.add_argument("--segment-ms", type=int, default=60_000)
     parser.add_argument("--retention-ms", type=int, default=300_000)
     parser.add_argument("--max-lag-ms", type=int, default=120_000)
+    parser.add_argument(
+        "--delete-vacuum-grace-ms", type=int, default=300_000,
+        help="the delete topic's vacuum.grace.ms (its default is an hour; the compact topic's "
+             "is max lag / 4): a table's log retention is the grace, at least 10 minutes, so "
+             "this lets a 30-minute run reach the level its _delta_log files keep")
     parser.add_argument("--preload-files", type=int, default=0,
                         help="fixed-cost mode: a log of this many files against an empty one")
     parser.add_argument("--fixed-seconds", type=float, default=60.0)

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
-from compactor.lake.layout import LOG_HYGIENE
+from compactor.lake.layout import LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
 from compactor.lake.storage import Storage, is_local, local_path
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 ORPHAN_AGE_HOURS = 1
 # Past the exact instant: Delta compares with "<", and clocks are read in whole ms.
 _VACUUM_SLACK_MS = 50
-_DAY_MS = 86_400_000
 
 
 def retention_interval(grace_ms: int) -> str:
@@ -54,11 +53,11 @@ def vacuum_due_ms(removed_ms: int, grace_ms: int) -> int:
 
 def ensure_properties(table: DeltaTable, grace_ms: int) -> None:
     """Record the grace and the log hygiene (:data:`compactor.lake.layout.LOG_HYGIENE`, with a
-    log retention of at least the grace) where the table says otherwise: tables created before
-    a setting existed, or a grace that changed."""
-    wanted = {**LOG_HYGIENE, RETENTION_PROPERTY: retention_interval(grace_ms)}
-    if grace_ms > _DAY_MS:
-        wanted["delta.logRetentionDuration"] = retention_interval(grace_ms)
+    log retention of the grace, at least ``LOG_RETENTION_FLOOR_MS``) where the table says
+    otherwise: tables created before a setting existed, or a grace that changed."""
+    wanted = {**LOG_HYGIENE, RETENTION_PROPERTY: retention_interval(grace_ms),
+              "delta.logRetentionDuration": retention_interval(
+                  max(grace_ms, LOG_RETENTION_FLOOR_MS))}
     current = table.metadata().configuration
     changed = {k: v for k, v in wanted.items() if current.get(k) != v}
     if changed:

@@ -50,11 +50,17 @@ STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs
 # trigger): a checkpoint every 100 commits (delta-rs writes it after the commit), and commit
 # files older than the log retention deleted when a checkpoint is written. Our transaction
 # logs hold no key or value bytes (statistics and predicates above), so the retention is about
-# size, not erasure: one day, or the vacuum grace if longer (older versions' data files are
-# vacuumed after the grace, so time travel further back has nothing to read).
+# size, not erasure. It is the vacuum grace, at least LOG_RETENTION_FLOOR_MS (set by each
+# vacuum, :func:`compactor.cleaner.vacuum.ensure_properties`; one hour, the longest default
+# grace, until then): a version older than the grace has had its data files vacuumed, so
+# time travel to it has nothing to read, while every commit file kept is listed again by
+# each open and each commit (delta-rs lists ``_delta_log``; measured +40 ms per commit at
+# 3,000 files). The floor leaves a reader that is part-way through loading a snapshot the
+# commit files it listed.
+LOG_RETENTION_FLOOR_MS = 600_000
 LOG_HYGIENE = {
     "delta.checkpointInterval": "100",
-    "delta.logRetentionDuration": "interval 1 days",
+    "delta.logRetentionDuration": "interval 1 hours",
     "delta.enableExpiredLogCleanup": "true",
 }
 TABLE_PROPERTIES = {

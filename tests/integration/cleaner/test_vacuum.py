@@ -87,7 +87,7 @@ def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
     table = ensure_table(path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
     props = table.metadata().configuration
     assert props["delta.checkpointInterval"] == "100"
-    assert props["delta.logRetentionDuration"] == "interval 1 days"
+    assert props["delta.logRetentionDuration"] == "interval 1 hours"  # until its first vacuum
     assert props["delta.enableExpiredLogCleanup"] == "true"
     for _ in range(100):
         table.create_write_transaction([], "append", LOG_SCHEMA,
@@ -95,12 +95,17 @@ def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
     assert [p.name for p in (tmp_path / "log" / "_delta_log").glob("*.checkpoint.parquet")] == [
         "00000000000000000099.checkpoint.parquet"]  # delta-rs counts versions from 0
 
-    # A table made before these settings gets them at its next vacuum; a grace longer than a
-    # day stretches the log retention with it.
+    # A table made before these settings gets them at its next vacuum (one made with a day's
+    # log retention too); the log retention follows the grace, never under ten minutes.
     old = tmp_path / "old"
-    write_deltalake(str(old), pa.table({"k": [1]}))
+    write_deltalake(str(old), pa.table({"k": [1]}),
+                    configuration={"delta.logRetentionDuration": "interval 1 days"})
     ensure_properties(DeltaTable(str(old)), 2 * 86_400_000)
     props = DeltaTable(str(old)).metadata().configuration
     assert props["delta.logRetentionDuration"] == "interval 172800 seconds"
     assert props[RETENTION_PROPERTY] == "interval 172800 seconds"
     assert props["delta.checkpointInterval"] == "100"
+    ensure_properties(DeltaTable(str(old)), 30_000)
+    props = DeltaTable(str(old)).metadata().configuration
+    assert props["delta.logRetentionDuration"] == "interval 600 seconds"
+    assert props[RETENTION_PROPERTY] == "interval 30 seconds"
