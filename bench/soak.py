@@ -100,9 +100,10 @@ def memory_mb() -> dict[str, float]:
         except OSError:
             continue
         kind = "jvm MB" if b"java" in cmd.split(b"\0")[0] else "workers MB"
-        out[kind] += _rss_kb(pid) / 1024
+        rss = _rss_kb(pid) / 1024
+        out[kind] += rss
         if kind == "workers MB":
-            sizes.append(_rss_kb(pid) / 1024)
+            sizes.append(rss)
         todo += _children(pid)
     return out | {"worker processes": float(len(sizes)),
                   "largest worker MB": max(sizes, default=0.0)}
@@ -302,9 +303,8 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
         b = statistics.fmean(s.get(key, 0) for s in last)
         ratio = f"{b / a:>9.2f}x" if a else f"{'-':>10}"
         print(f"  {key:<40} {a:>10.1f} {b:>10.1f} {ratio}")
-    tenth = max(1, len(ids) // 10)
-    medians = [statistics.median(batches[i] for i in ids[j:j + tenth])
-               for j in range(0, tenth * 10, tenth) if ids[j:j + tenth]]
+    medians = [statistics.median(batches[i] for i in ids[j:j + k])
+               for j in range(0, k * 10, k) if ids[j:j + k]]
     print("  micro-batch time by tenth of the run, s: "
           + " ".join(f"{m:.2f}" for m in medians))
     # The first tenth holds the start (the JVM loading classes, Python workers forking): the
