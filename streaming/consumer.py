@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from itertools import chain
 
 import numpy as np
 import pyarrow as pa
@@ -54,14 +55,18 @@ def consume_range(
     end: int,
     poll_timeout_ms: int = 120_000,
     fail_on_data_loss: bool = True,
-) -> Iterator[list[Message]]:
-    """Yield lists of messages with offsets in [start, end), in order.
+    include_headers: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """Yield record batches (Spark's Kafka schema) of the offsets in [start, end), in order.
 
     Offsets may be missing inside the range (compacted topics, transaction markers). The
     range ends when a record at or past ``end - 1`` arrives or the consumer reaches the end
     of the partition at or past ``end``. Reaching the partition's end before ``end``, or a
     first offset past ``start`` because the log start moved, is data loss: raised, or
     logged and skipped when ``fail_on_data_loss`` is off.
+
+    Each ``consume()`` result is checked and cut as a whole (one pass per field through C,
+    not a Python loop per message): on a write task this loop is most of the time.
     """
     if start >= end:
         return
@@ -80,43 +85,44 @@ def consume_range(
                     )
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
-            out: list[Message] = []
-            done = False
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if msg.offset() >= end:
-                            done = True
-                            break
-                        _data_loss(
-                            f"{topic}-{partition} ends at offset {msg.offset()} but the batch "
-                            f"planned to read up to {end}", fail_on_data_loss)
-                        done = True
-                        break
-                    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        _data_loss(
-                            f"offset {start} of {topic}-{partition} is no longer on the "
-                            "broker (retention or a recreated topic)", fail_on_data_loss)
-                        done = True
-                        break
-                    raise BrokerUnavailableError(
-                        f"error reading {topic}-{partition} at offset {msg.offset()}: {err.str()}"
-                    )
-                offset = msg.offset()
-                if offset >= end:
-                    done = True
-                    break
-                out.append(msg)
-                if offset >= end - 1:
-                    done = True
-                    break
-            if out:
-                yield out
+            errors = list(map(Message.error, messages))
+            # KafkaError is always truthy, so any() finds one without a Python frame per message.
+            failed = next(i for i, e in enumerate(errors) if e is not None) if any(errors) else None
+            records = messages if failed is None else messages[:failed]
+            offsets = np.fromiter(map(Message.offset, records), np.int64, len(records))
+            done = len(records) > 0 and int(offsets[-1]) >= end - 1
+            if done:  # offsets rise within a partition: cut after the last one below end
+                keep = int(np.searchsorted(offsets, end))
+                records, offsets = records[:keep], offsets[:keep]
+            if records:
+                yield messages_to_batch(records, include_headers, offsets)
             if done:
+                return
+            if failed is not None:
+                _partition_error(messages[failed], topic, partition, start, end,
+                                 fail_on_data_loss)
                 return
     finally:
         consumer.close()
+
+
+def _partition_error(msg: Message, topic: str, partition: int, start: int, end: int,
+                     fail_on_data_loss: bool) -> None:
+    """An error event in the range: the end of the partition before ``end`` or an offset no
+    longer on the broker is data loss; anything else is the broker's failure."""
+    err = msg.error()
+    if err.code() == KafkaError._PARTITION_EOF:
+        if msg.offset() < end:
+            _data_loss(f"{topic}-{partition} ends at offset {msg.offset()} but the batch "
+                       f"planned to read up to {end}", fail_on_data_loss)
+        return
+    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+        _data_loss(f"offset {start} of {topic}-{partition} is no longer on the broker "
+                   "(retention or a recreated topic)", fail_on_data_loss)
+        return
+    raise BrokerUnavailableError(
+        f"error reading {topic}-{partition} at offset {msg.offset()}: {err.str()}"
+    )
 
 
 def _data_loss(message: str, fail: bool) -> None:
@@ -136,14 +142,27 @@ def _spark_timestamp_types(kinds: np.ndarray) -> np.ndarray:
     return np.where(known, _TS_TYPES[np.where(known, kinds, 0)], -1).astype(np.int32)
 
 
-def messages_to_batch(messages: list[Message], include_headers: bool = True) -> pa.RecordBatch:
-    """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds."""
-    keys = [m.key() for m in messages]
-    values = [m.value() for m in messages]
-    kinds_and_ms = np.array([m.timestamp() for m in messages], dtype=np.int64).reshape(-1, 2)
-    first = messages[0]
+def _repeated(value: str, n: int) -> pa.Array:
+    """One string ``n`` times, built from two buffers instead of ``n`` Python references."""
+    data = value.encode()
+    ends = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(data * n))
+
+
+def messages_to_batch(messages: list[Message], include_headers: bool = True,
+                      offsets: np.ndarray | None = None) -> pa.RecordBatch:
+    """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds.
+
+    Each field is read with ``map`` over the unbound method (C calls, no Python frame per
+    message) and the (type, ms) timestamp pairs are flattened straight into one array.
+    """
     n = len(messages)
-    raw = [m.headers() for m in messages] if include_headers else []
+    first = messages[0]
+    if offsets is None:
+        offsets = np.fromiter(map(Message.offset, messages), np.int64, n)
+    kinds_and_ms = np.fromiter(
+        chain.from_iterable(map(Message.timestamp, messages)), np.int64, 2 * n).reshape(-1, 2)
+    raw = list(map(Message.headers, messages)) if include_headers else []
     if any(raw):
         headers = pa.array([[{"key": k, "value": v} for k, v in (h or ())] for h in raw],
                            HEADERS_TYPE)
@@ -153,11 +172,11 @@ def messages_to_batch(messages: list[Message], include_headers: bool = True) -> 
                                            type=HEADERS_TYPE)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([first.topic()] * n, pa.string()),
-            pa.array([first.partition()] * n, pa.int32()),
-            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array(list(map(Message.key, messages)), pa.binary()),
+            pa.array(list(map(Message.value, messages)), pa.binary()),
+            _repeated(first.topic(), n),
+            pa.array(np.full(n, first.partition(), dtype=np.int32)),
+            pa.array(offsets),
             pa.array(kinds_and_ms[:, 1] * 1000).cast(TIMESTAMP_TYPE),
             pa.array(_spark_timestamp_types(kinds_and_ms[:, 0])),
             headers,
@@ -174,12 +193,12 @@ def write_range(
 ) -> RangeResult:
     """Task side: consume the plan's range and write its segment files (step 2)."""
     committed = plan.committed_offset if plan.committed_offset is not None else -1
-    messages = consume_range(
+    batches = consume_range(
         client_config, plan.topic, plan.partition, max(plan.start, committed + 1), plan.end,
         poll_timeout_ms, fail_on_data_loss,
     )
     try:
-        return append_batches(plan, (messages_to_batch(m) for m in messages))
+        return append_batches(plan, batches)
     finally:
         # pyarrow's allocator (mimalloc) keeps freed pages; a reused worker would hold the
         # high-water mark of every range it ever wrote.

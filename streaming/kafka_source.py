@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from compactor.exceptions import DataLossError
 from compactor.kafka.offsets import OffsetReader
-from streaming.consumer import consume_range, messages_to_batch
+from streaming.consumer import consume_range
 from streaming.exceptions import KafkaSourceError
 from streaming.offsets import (
     EARLIEST,
@@ -157,11 +157,10 @@ class _Ranges:
                 schema=RANGES_SCHEMA,
             )
             return
-        for messages in consume_range(
+        for batch in consume_range(
             self._opts.client_config, r.topic, r.partition, r.start, r.end,
-            self._opts.poll_timeout_ms, self._opts.fail_on_data_loss,
+            self._opts.poll_timeout_ms, self._opts.fail_on_data_loss, self._opts.include_headers,
         ):
-            batch = messages_to_batch(messages, self._opts.include_headers)
             if not self._opts.include_headers:
                 batch = batch.drop_columns(["headers"])
             yield batch
@@ -254,22 +253,25 @@ class KafkaStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailabl
         self._target = to_offsets([OffsetRange(t, p, 0, end) for (t, p), end in latest.items()])
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self._planned(self.ranges(start, end))
+
+    def ranges(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
+        """The ranges between two offsets of this source, each starting no earlier than the
+        broker's log start (offsets deleted before they were read are data loss)."""
         planned = [
             (topic, int(part), start.get(topic, {}).get(part), stop)
             for topic, parts in end.items() for part, stop in parts.items()
         ]
-        missing = [(t, p) for t, p, s, _ in planned if s is None]
         log_start = self._offsets.offsets([(t, p) for t, p, _, _ in planned], "earliest")
         ranges: list[OffsetRange] = []
         for topic, part, begin, stop in planned:
             first = log_start[(topic, part)]
-            begin = first if (topic, part) in missing else begin
-            if begin < first:
+            if begin is not None and begin < first:
                 self._lost(f"offsets [{begin}, {first}) of {topic}-{part} were deleted from "
                            "the broker before they were read (retention)")
-                begin = first
-            ranges.append(OffsetRange(topic, part, begin, stop))
-        return self._planned(ranges)
+            ranges.append(OffsetRange(topic, part, first if begin is None else max(begin, first),
+                                      stop))
+        return ranges
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: positions live in Spark's checkpoint, not in a consumer group."""

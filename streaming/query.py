@@ -13,7 +13,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,12 +32,15 @@ from compactor.lake.latest import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_state import log_view
 from streaming import exceptions as streaming_errors
+from streaming.batch_ranges import BatchRanges
 from streaming.consumer import write_range
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
 from streaming.offsets import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
+
+QUERY_NAME = "kafka-lake-mirror"
 
 
 def starting_offsets(config: CompactorConfig) -> str:
@@ -106,6 +109,7 @@ class Mirror:
         self.failure: BaseException | None = None
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
         self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
+        self.batch_ranges: BatchRanges | None = None  # each batch's ranges, from start()
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -119,10 +123,8 @@ class Mirror:
 
     def _append(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        ranges = [
-            (r["topic"], int(r["partition"]), int(r["startOffset"]), int(r["endOffset"]))
-            for r in df.collect()
-        ]
+        assert self.batch_ranges is not None  # set by start(), before any batch
+        ranges = self.batch_ranges.ranges(df, batch_id)
         now_ms = int(time.time() * 1000)
         plans = plan_ranges(self.config, ranges, now_ms)
         if not plans:
@@ -148,7 +150,9 @@ class Mirror:
                     for hook in self.table_hooks:
                         hook(topic)
         merging = time.monotonic()
-        self.merge_tables()
+        # Only tables that must follow every batch (a cadence of 0) are merged inside it; the
+        # others are merged by the service loop, beside the next batch's write tasks.
+        self.merge_tables(topics=[t for t in stats if self.config.table_merge_ms(t) == 0])
         done = time.monotonic()
         merge_s, took = done - merging, done - started
         # Where a micro-batch's time goes, for bench/soak.py (a log record's ``steps``).
@@ -165,15 +169,18 @@ class Mirror:
         for listener in self.listeners:
             listener(batch_id, stats)
 
-    def merge_tables(self, force: bool = False) -> None:
-        """Bring each latest-value table up to its log once it is due (``table_merge_ms``
-        after its last MERGE), or every table now (``force``).
+    def merge_tables(self, force: bool = False, topics: Iterable[str] | None = None) -> None:
+        """Bring each latest-value table (of ``topics``, default all) up to its log once it
+        is due (``table_merge_ms`` after its last MERGE), or now (``force``).
 
-        Called after each micro-batch and by the service loop, so that a cadence also catches
-        up when no new batch arrives.
+        The service loop calls it every 0.2 s, also while a micro-batch runs: a MERGE is
+        seconds of a catch-up's batch (2.3 s of 9 s in bench/run.py's W1) that need not hold
+        up the next batch's reads. A micro-batch merges only the tables whose cadence is 0
+        (after every batch), before it returns.
         """
         now = time.monotonic()
-        due = [t for t in self.config.topics if force or now - self._last_merge.get(t, -math.inf)
+        due = [t for t in (self.config.topics if topics is None else topics)
+               if force or now - self._last_merge.get(t, -math.inf)
                >= self.config.table_merge_ms(t) / 1000]
         if not due:
             return
@@ -196,25 +203,27 @@ class Mirror:
 
     def start(self, once: bool = False) -> StreamingQuery:
         cfg = self.config
-        reader = (
-            self.spark.readStream.format(SHORT_NAME)
-            .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
-            .option("subscribe", ",".join(cfg.topics))
-            .option("startingOffsets", starting_offsets(cfg))
-            .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
-            .option("compactor.ranges", "true")
+        options = {
+            "kafka.bootstrap.servers": cfg.bootstrap_servers,
+            "subscribe": ",".join(cfg.topics),
+            "startingOffsets": starting_offsets(cfg),
+            "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
+            "compactor.ranges": "true",
             # The mirror's own bound on a frozen broker (exit 3 after one 30 s offset request,
             # as before fetchOffset.* existed), not Spark's default of 3 retries.
-            .option("fetchOffset.numRetries", "0")
-        )
-        for key, value in cfg.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
+            "fetchOffset.numRetries": "0",
+            **{f"kafka.{key}": value for key, value in cfg.kafka.items()},
+        }
         if cfg.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+            options["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+        if self.batch_ranges is not None:
+            self.batch_ranges.close()
+        self.batch_ranges = BatchRanges(self.spark, QUERY_NAME, options)
+        reader = self.spark.readStream.format(SHORT_NAME).options(**options)
         writer = (
             reader.load().writeStream.foreachBatch(self._write_batch)
             .option("checkpointLocation", query_checkpoint(cfg.checkpoint_path))
-            .queryName("kafka-lake-mirror")
+            .queryName(QUERY_NAME)
         )
         trigger: dict[str, Any] = (
             {"availableNow": True} if once

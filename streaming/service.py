@@ -173,8 +173,7 @@ class Service:
                 self._batch_done.clear()
                 next_clean = run.clean(until_idle=False)
                 continue
-            if not run.mirror.in_batch:
-                run.mirror.merge_tables()
+            run.mirror.merge_tables()  # beside a running batch too: it waits for its commit
             time.sleep(0.2)
 
     def close(self) -> None:
