@@ -192,24 +192,31 @@ def _groups(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
 def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: int,
                    stats: CleanStats, throttle: Throttler) -> tuple[list[DataFile],
                                                                     WrittenFile | None]:
-    """Step 3 for one group: ([], None) when nothing changes, else (removed, added)."""
+    """Step 3 for one group: ([], None) when nothing changes, else (removed, added).
+
+    Files are checked in offset order on the columns the decision needs, up to the first
+    that changes; those are then read whole and written with their masks, and every later
+    file is read whole once, decided and written batch by batch (the group is rewritten
+    anyway). In a pass where most groups change, a file is decoded twice (map, then
+    decide-and-write), not three times; nothing is held beyond one batch.
+    """
     files = [f for seg in group for f in seg.files]
     if len(omap) == 0 and not any(
         f.min_delete_horizon_ms is not None and f.min_delete_horizon_ms <= plan.now_ms
         for f in files
     ):
         return [], None  # without a map only an expired tombstone can change a file
-    masks: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    changed = False
+    checked: list[tuple[np.ndarray, np.ndarray]] = []
     for f in files:
         parts = [_masks(b, omap, end, plan.now_ms, plan.table_merged_upto)
                  for b in _batches(plan, f, _CHECK_COLUMNS, stats, throttle)]
         keep = np.concatenate([k for k, _ in parts]) if parts else np.ones(0, bool)
         stamp = np.concatenate([s for _, s in parts]) if parts else np.zeros(0, bool)
-        masks[f.path] = (keep, stamp)
+        checked.append((keep, stamp))
         stats.records_read += len(keep)
-        changed = changed or not keep.all() or bool(stamp.any())
-    if not changed:
+        if not keep.all() or stamp.any():
+            break
+    else:
         return [], None
     base = group[0].base_offset
     builder = DataFileBuilder(
@@ -218,26 +225,17 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     )
     horizon_ms = plan.now_ms + plan.delete_retention_ms
     try:
-        for f in files:
-            keep, stamp = masks[f.path]
+        for i, f in enumerate(files):
             row = 0
             for batch in _batches(plan, f, None, stats, throttle):
                 n = batch.num_rows
-                k, s = keep[row:row + n], stamp[row:row + n]
+                if i < len(checked):
+                    k, s = checked[i][0][row:row + n], checked[i][1][row:row + n]
+                else:
+                    k, s = _masks(batch, omap, end, plan.now_ms, plan.table_merged_upto)
+                    stats.records_read += n
                 row += n
-                tombstones = pc.is_null(batch.column("value")).to_numpy(zero_copy_only=False)
-                stats.records_dropped += int((~k).sum())
-                stats.tombstones_dropped += int((~k & tombstones).sum())
-                stats.tombstones_stamped += int(s.sum())
-                if s.any():
-                    column = batch.schema.get_field_index("deleteHorizonMs")
-                    stamped = pc.if_else(pa.array(s), pa.scalar(horizon_ms, pa.int64()),
-                                         batch.column(column))
-                    batch = batch.set_column(column, "deleteHorizonMs", stamped)
-                kept = batch.filter(pa.array(k))
-                if kept.num_rows:
-                    builder.write(kept, int(record_sizes(kept).sum()))
-                    throttle.add(kept.nbytes)
+                _write_kept(builder, batch, k, s, horizon_ms, stats, throttle)
         added = builder.close()
     except BaseException:
         builder.abort()
@@ -249,6 +247,25 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
         stats.bytes_written += added.size
         stats.record_bytes_written += added.record_bytes
     return files, added
+
+
+def _write_kept(builder: DataFileBuilder, batch: pa.RecordBatch, keep: np.ndarray,
+                stamp: np.ndarray, horizon_ms: int, stats: CleanStats,
+                throttle: Throttler) -> None:
+    """Write a batch's kept records, stamping the tombstones ``stamp`` marks."""
+    tombstones = pc.is_null(batch.column("value")).to_numpy(zero_copy_only=False)
+    stats.records_dropped += int((~keep).sum())
+    stats.tombstones_dropped += int((~keep & tombstones).sum())
+    stats.tombstones_stamped += int(stamp.sum())
+    if stamp.any():
+        column = batch.schema.get_field_index("deleteHorizonMs")
+        stamped = pc.if_else(pa.array(stamp), pa.scalar(horizon_ms, pa.int64()),
+                             batch.column(column))
+        batch = batch.set_column(column, "deleteHorizonMs", stamped)
+    kept = batch.filter(pa.array(keep))
+    if kept.num_rows:
+        builder.write(kept, int(record_sizes(kept).sum()))
+        throttle.add(kept.nbytes)
 
 
 def _merge(plan: CleanPlan, removed: set[str], stats: CleanStats,

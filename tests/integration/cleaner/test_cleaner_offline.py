@@ -45,6 +45,27 @@ def test_small_changed_neighbours_merge_into_one_segment(tmp_path: Path) -> None
     assert segments_of(config, "t") == {0: [2, 3, 4], 5: [5]}
 
 
+@pytest.mark.parametrize("keys", [
+    [b"a", b"b", b"c", b"c", b"d", b"e"],  # the first change is in the group's third segment
+    [b"a", b"a", b"b", b"c", b"d", b"e"],  # in its first, and the later ones do not change
+    [b"a", b"b", b"a", b"c", b"c", b"e"],  # in its first and in a later one
+])
+def test_a_group_keeps_exactly_the_latest_records_wherever_its_first_change_is(
+        tmp_path: Path, keys: list[bytes]) -> None:
+    # Segments up to the first that changes are decided on a few columns and then copied;
+    # the ones after it are decided while they are copied. Either way, the same records.
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_ms=1000,
+                            min_cleanable_dirty_ratio=0.01)
+    append(config, "t", 0, [(i, k, b"v%d" % i, T0 + 2000 * i) for i, k in enumerate(keys)],
+           now_ms=T0 + 10_000)
+    LogMaintenance(None, config).run_pass(now_ms=T0 + 10_500)
+    last = {k: i for i, k in enumerate(keys[:-1])}  # the active segment (offset 5) stays
+    kept = sorted({*last.values(), len(keys) - 1})
+    assert [(o, k, v) for _p, o, k, v, _h in log_rows(config, "t")] == [
+        (o, keys[o], b"v%d" % o) for o in kept]
+    assert segments_of(config, "t") == {0: kept[:-1], 5: [5]}
+
+
 def test_a_group_that_ends_up_empty_leaves_no_file(tmp_path: Path) -> None:
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
                             min_cleanable_dirty_ratio=0.01)
