@@ -310,10 +310,15 @@ class LogMaintenance:
         """One Spark task per partition; in this process when there is no Spark session."""
         if self._spark is None:
             return [clean_partition(p) for p in plans]
+        # Largest logs first (Spark starts tasks in order): a large one started last would
+        # run alone on one core while the others idle. Results come back in plan order.
+        order = sorted(range(len(plans)), key=lambda i: plans[i].range.total_bytes, reverse=True)
         results: list[CleanResult] = (
-            self._spark.sparkContext.parallelize(plans, len(plans)).map(clean_partition).collect()
+            self._spark.sparkContext.parallelize([plans[i] for i in order], len(plans))
+            .map(clean_partition).collect()
         )
-        return results
+        placed = dict(zip(order, results, strict=True))
+        return [placed[i] for i in range(len(plans))]
 
     def run_until_idle(self, max_passes: int = 50) -> list[PassReport]:
         """Pass after pass while a pass still finds work (a full offset map ends a pass early)."""

@@ -47,6 +47,8 @@ from compactor.lake.storage import Storage
 
 _MAP_COLUMNS = ["key", "offset"]
 _CHECK_COLUMNS = ["key", "value", "offset", "deleteHorizonMs"]
+# Records a group's first look reads (keys and offsets) before deciding on all its columns.
+_PROBE_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -194,11 +196,13 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
                                                                     WrittenFile | None]:
     """Step 3 for one group: ([], None) when nothing changes, else (removed, added).
 
-    Files are checked in offset order on the columns the decision needs, up to the first
-    that changes; those are then read whole and written with their masks, and every later
-    file is read whole once, decided and written batch by batch (the group is rewritten
-    anyway). In a pass where most groups change, a file is decoded twice (map, then
-    decide-and-write), not three times; nothing is held beyond one batch.
+    Files are checked in offset order up to the first that changes: first the keys and
+    offsets of its first records (a record the map supersedes is usually among them), then,
+    if none is, all records on the columns every decision needs (tombstones to stamp or
+    expire). The files checked whole
+    are then copied with their masks, and every later file is read whole once, decided and
+    written batch by batch (the group is rewritten anyway). Where keys are superseded, a
+    file's values are decoded once, to be written; nothing is held beyond one batch.
     """
     files = [f for seg in group for f in seg.files]
     if len(omap) == 0 and not any(
@@ -208,6 +212,8 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
         return [], None  # without a map only an expired tombstone can change a file
     checked: list[tuple[np.ndarray, np.ndarray]] = []
     for f in files:
+        if _supersedes(plan, f, omap):
+            break
         parts = [_masks(b, omap, end, plan.now_ms, plan.table_merged_upto)
                  for b in _batches(plan, f, _CHECK_COLUMNS, stats, throttle)]
         keep = np.concatenate([k for k, _ in parts]) if parts else np.ones(0, bool)
@@ -247,6 +253,19 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
         stats.bytes_written += added.size
         stats.record_bytes_written += added.record_bytes
     return files, added
+
+
+def _supersedes(plan: CleanPlan, f: DataFile, omap: OffsetMap) -> bool:
+    """A cheap first look: whether the map holds a later offset for a key among the first
+    ``_PROBE_ROWS`` records of ``f`` (keys and offsets only). False decides nothing."""
+    if len(omap) == 0:
+        return False
+    batch = next(file_batches(plan.log_path, f, _MAP_COLUMNS, plan.storage,
+                              f"{plan.topic}-{plan.partition}", batch_rows=_PROBE_ROWS), None)
+    if batch is None:
+        return False
+    mapped = omap.lookup(digests(batch.column("key")))
+    return bool((batch.column("offset").to_numpy() < mapped).any())
 
 
 def _write_kept(builder: DataFileBuilder, batch: pa.RecordBatch, keep: np.ndarray,

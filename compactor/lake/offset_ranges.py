@@ -24,14 +24,15 @@ BATCH_ROWS = 64 * 1024
 
 
 def file_batches(log_uri: str, f: DataFile, columns: list[str] | None, storage: Storage,
-                 owner: str, use_threads: bool = True) -> Iterator[pa.RecordBatch]:
+                 owner: str, use_threads: bool = True,
+                 batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """One data file's records, a batch (at most a row group) at a time; a file that cannot be
     read raises LakeError naming it and ``owner`` (its topic-partition, for status)."""
     try:
         fs, path = storage.filesystem(join(log_uri, f.path))
         with fs.open_input_file(path) as source:
             yield from pq.ParquetFile(source).iter_batches(
-                batch_size=BATCH_ROWS, columns=columns, use_threads=use_threads)
+                batch_size=batch_rows, columns=columns, use_threads=use_threads)
     except (OSError, pa.ArrowException) as exc:
         raise LakeError(f"cannot read data file {f.path} of {owner}: {exc}") from exc
 
