@@ -126,7 +126,10 @@ class Mirror:
         assert self.batch_ranges is not None  # set by start(), before any batch
         ranges = self.batch_ranges.ranges(df, batch_id)
         now_ms = int(time.time() * 1000)
-        plans = plan_ranges(self.config, ranges, now_ms)
+        # Largest ranges first: Spark starts tasks in partition order, and a large range
+        # started last would run alone on one core while the others idle.
+        plans = sorted(plan_ranges(self.config, ranges, now_ms),
+                       key=lambda p: p.end - p.start, reverse=True)
         if not plans:
             return
         client = self.config.kafka_client_config()
