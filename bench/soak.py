@@ -174,12 +174,13 @@ def _batch_times(seen: dict[int, float], parts: dict[int, dict[str, float]]) -> 
     session = SparkSession.builder.getOrCreate()
     for query in session.streams.active:
         for p in query.recentProgress:
-            if p.numInputRows:
+            # A trigger that ran a batch has addBatch; an idle one (nothing new) has not. Spark's
+            # numInputRows stays 0: the mirror never runs the ranges DataFrame.
+            if "addBatch" in p.durationMs:
                 seen[p.batchId] = p.durationMs.get("triggerExecution", 0) / 1000
                 parts.setdefault(p.batchId, {}).update(
                     {f"spark {k}": v / 1000 for k, v in p.durationMs.items()
                      if k != "triggerExecution"})
-                parts[p.batchId]["spark input rows (partition ranges)"] = float(p.numInputRows)
 
 
 class _Steps(logging.Handler):
