@@ -310,7 +310,8 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
           + " ".join(f"{m:.2f}" for m in medians))
     # The first tenth holds the start (the JVM loading classes, Python workers forking): the
     # means of each later tenth show whether a figure keeps growing or has levelled off.
-    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB"):
+    logs = [key for key in samples[-1] if key.endswith("_delta_log files")]
+    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB", *logs):
         means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
                  for j in range(0, n * 10, n) if samples[j:j + n]]
         print(f"  {key} by tenth of the run: " + " ".join(f"{m:.0f}" for m in means))
