@@ -29,14 +29,14 @@ from compactor.ops.workload import produce  # noqa: E402
 TOPIC = "skewed"
 
 
-def arrow_loop(bootstrap: str, topic: str, expected: int) -> float:
+def arrow_loop(bootstrap: str, topic: str, expected: int, batch_size: int | None) -> float:
     """Seconds for kafkarrow to deliver ``expected`` records, touching each batch's columns."""
     from kafkarrow import ConsumerManager, SourceTopic
 
     manager = ConsumerManager(
         config={"bootstrap.servers": bootstrap, "group.id": "bench-arrow",
                 "fetch.wait.max.ms": "100", "fetch.queue.backoff.ms": "10"},
-        topics=[SourceTopic.from_earliest(topic)])
+        topics=[SourceTopic.from_earliest(topic)], batch_size=batch_size)
     seen = nbytes = 0
     start = time.perf_counter()
     while seen < expected:
@@ -51,6 +51,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="kafkarrow's rows per batch (its default when not given)")
     args = ap.parse_args()
     wl = Skewed(records=args.records, keys=args.records // 10, zipf=1.0)
     work = Path(tempfile.mkdtemp(prefix="bench-arrow-"))
@@ -60,7 +62,7 @@ def main() -> None:
         produce(bootstrap, TOPIC, list(wl.generate()))
         for _ in range(args.repeats):  # alternating, so both see the same machine
             loop_s, _bytes = consume_loop(bootstrap, TOPIC, wl.partitions, wl.records)
-            arrow_s = arrow_loop(bootstrap, TOPIC, wl.records)
+            arrow_s = arrow_loop(bootstrap, TOPIC, wl.records, args.batch_size)
             print(f"confluent-kafka loop {wl.records / loop_s:12,.0f} rec/s   kafkarrow "
                   f"{wl.records / arrow_s:12,.0f} rec/s   ratio {loop_s / arrow_s:.2f}x",
                   flush=True)
