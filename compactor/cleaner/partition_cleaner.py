@@ -199,10 +199,10 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     Files are checked in offset order up to the first that changes: first the keys and
     offsets of its first records (a record the map supersedes is usually among them), then,
     if none is, all records on the columns every decision needs (tombstones to stamp or
-    expire). The files checked whole
-    are then copied with their masks, and every later file is read whole once, decided and
-    written batch by batch (the group is rewritten anyway). Where keys are superseded, a
-    file's values are decoded once, to be written; nothing is held beyond one batch.
+    expire). The files checked whole are then copied with their masks, and every later file
+    is read whole once, decided and written batch by batch (the group is rewritten anyway).
+    Where keys are superseded, a file's values are decoded once, to be written; nothing is
+    held beyond one batch.
     """
     files = [f for seg in group for f in seg.files]
     if len(omap) == 0 and not any(
@@ -212,7 +212,7 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
         return [], None  # without a map only an expired tombstone can change a file
     checked: list[tuple[np.ndarray, np.ndarray]] = []
     for f in files:
-        if _supersedes(plan, f, omap):
+        if _supersedes(plan, f, omap, throttle):
             break
         parts = [_masks(b, omap, end, plan.now_ms, plan.table_merged_upto)
                  for b in _batches(plan, f, _CHECK_COLUMNS, stats, throttle)]
@@ -255,7 +255,7 @@ def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: 
     return files, added
 
 
-def _supersedes(plan: CleanPlan, f: DataFile, omap: OffsetMap) -> bool:
+def _supersedes(plan: CleanPlan, f: DataFile, omap: OffsetMap, throttle: Throttler) -> bool:
     """A cheap first look: whether the map holds a later offset for a key among the first
     ``_PROBE_ROWS`` records of ``f`` (keys and offsets only). False decides nothing."""
     if len(omap) == 0:
@@ -264,6 +264,7 @@ def _supersedes(plan: CleanPlan, f: DataFile, omap: OffsetMap) -> bool:
                               f"{plan.topic}-{plan.partition}", batch_rows=_PROBE_ROWS), None)
     if batch is None:
         return False
+    throttle.add(batch.nbytes)  # what it decoded, the I/O rate's share of the look
     mapped = omap.lookup(digests(batch.column("key")))
     return bool((batch.column("offset").to_numpy() < mapped).any())
 
