@@ -95,7 +95,7 @@ def consume_range(
                 keep = int(np.searchsorted(offsets, end))
                 records, offsets = records[:keep], offsets[:keep]
             if records:
-                yield messages_to_batch(records, include_headers, offsets)
+                yield messages_to_batch(records, offsets, include_headers)
             if done:
                 return
             if failed is not None:
@@ -149,17 +149,16 @@ def _repeated(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(data * n))
 
 
-def messages_to_batch(messages: list[Message], include_headers: bool = True,
-                      offsets: np.ndarray | None = None) -> pa.RecordBatch:
+def messages_to_batch(messages: list[Message], offsets: np.ndarray,
+                      include_headers: bool = True) -> pa.RecordBatch:
     """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds.
 
     Each field is read with ``map`` over the unbound method (C calls, no Python frame per
     message) and the (type, ms) timestamp pairs are flattened straight into one array.
+    ``offsets`` are the messages' offsets, which the caller has already read to cut the range.
     """
     n = len(messages)
     first = messages[0]
-    if offsets is None:
-        offsets = np.fromiter(map(Message.offset, messages), np.int64, n)
     kinds_and_ms = np.fromiter(
         chain.from_iterable(map(Message.timestamp, messages)), np.int64, 2 * n).reshape(-1, 2)
     raw = list(map(Message.headers, messages)) if include_headers else []
