@@ -17,14 +17,16 @@ Commit protocol of one micro-batch, per topic:
 A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
 of a batch that died before step 3 are never referenced and are removed by vacuum. A second
 writer of the same partitions is fenced: its commit carries the same app ids and either loses
-the race in delta-rs or finds the versions moved under it.
+the race for the next commit file or finds the versions moved under it. The log commit is
+written as one commit file where the log is on a local disk (:mod:`compactor.lake.log_commit`),
+so its cost does not grow with the number of live files.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,7 +39,7 @@ from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker
-from compactor.lake import fencing, operations
+from compactor.lake import fencing, log_commit, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -195,34 +197,62 @@ def plan_ranges(
     return plans
 
 
-def _commit(
-    table: DeltaTable, path: str, schema: pa.Schema, partition_by: list[str] | None,
-    files: list[WrittenFile], versions: Mapping[int, int], now_ms: int,
-    committed: Mapping[int, int | None],
-) -> None:
-    """Commit ``files`` to ``table`` (a snapshot opened for this commit) with its offsets;
-    ``committed``: each partition's ingest position in that snapshot."""
+def _check_versions(path: str, versions: Mapping[int, int],
+                    position: Callable[[int], int | None]) -> None:
+    """Refuse offsets another writer already committed (``position``: a partition's ingest
+    position in the snapshot the commit lands on)."""
     for partition, version in versions.items():
-        current = committed[partition]
+        current = position(partition)
         if current is not None and current >= version:
             raise LakeError(
                 f"{path}: partition {partition} already holds offsets up to {current}, written "
                 f"by another writer while this one wrote up to {version}; stop the other "
                 "'compactor run' on this lake and topic (only one may mirror it)"
             )
+
+
+def _summary(files: list[WrittenFile], versions: Mapping[int, int]) -> str:
+    return (f"{sum(f.records for f in files)} records of partitions "
+            f"{','.join(map(str, sorted(versions)))}")
+
+
+def _commit_rejected(table: DeltaTable, path: str, files: list[WrittenFile],
+                     versions: Mapping[int, int], now_ms: int) -> None:
+    """Commit ``files`` to the rejected table (a snapshot opened for this commit)."""
+    _check_versions(path, versions, lambda p: INGEST.read(table, p))
     txns = [INGEST.moved_to(v, p, now_ms=now_ms) for p, v in versions.items()]
     try:
         table.create_write_transaction(
-            [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
+            [add_action(f, now_ms) for f in files], "append", REJECTED_SCHEMA,
             commit_properties=operations.properties(
-                operations.INGEST, f"{sum(f.records for f in files)} records of partitions "
-                f"{','.join(map(str, sorted(versions)))}", txns),
+                operations.INGEST, _summary(files, versions), txns),
         )
     except Exception as exc:
-        raise LakeError(
-            f"commit to {path} failed: {exc}. If another 'compactor run' mirrors the same "
-            "topic into this lake, stop one of them."
-        ) from exc
+        raise LakeError(_refused(path, exc)) from exc
+
+
+def _commit_log(path: str, storage: Storage, files: list[WrittenFile],
+                versions: Mapping[int, int], generation: int | None, now_ms: int) -> None:
+    """Commit ``files`` to the log with its offsets (:mod:`compactor.lake.log_commit`): the
+    writer generation and each partition's position are checked at the version it lands on."""
+    def check(position: Callable[[str], int | None]) -> None:
+        fencing.check_generation(path, generation, position(WRITER.id()))
+        _check_versions(path, versions, lambda p: position(INGEST.id(p)))
+
+    txns = [INGEST.moved_to(v, p, now_ms=now_ms) for p, v in versions.items()]
+    try:
+        log_commit.append(follow(path, storage), files, txns, operations.INGEST,
+                          _summary(files, versions), check, LOG_SCHEMA, LOG_PARTITION_COLUMNS,
+                          now_ms)
+    except LakeError:
+        raise
+    except Exception as exc:
+        raise LakeError(_refused(path, exc)) from exc
+
+
+def _refused(path: str, exc: Exception) -> str:
+    return (f"commit to {path} failed: {exc}. If another 'compactor run' mirrors the same "
+            "topic into this lake, stop one of them.")
 
 
 @dataclass(frozen=True)
@@ -273,23 +303,22 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
     for topic in sorted({r.topic for r in results}):
         mine = [r for r in results if r.topic == topic]
         paths = topic_paths(config.lake_path, topic)
-        # One snapshot of the log serves the fencing check and the log commit: nothing of
-        # this process commits to the log in between (the commit lock is held).
+        # The fencing check runs before anything is committed, and again, with the offsets,
+        # at the version the log commit lands on (nothing of this process commits to the log
+        # in between: the commit lock is held).
+        generation = (generations or {}).get(topic)
         follower = follow(paths.log, config.storage)
-        log_table = follower.table_for_commit()
-        fencing.check_generation(log_table.table_uri, (generations or {}).get(topic),
-                                 follower.position(WRITER.id()))
+        follower.view()
+        fencing.check_generation(paths.log, generation, follower.position(WRITER.id()))
         rejected = [f for r in mine for f in r.files if f.table == "rejected"]
         if rejected:
             versions = {r.partition: r.last_offset for r in mine
                         if any(f.table == "rejected" for f in r.files)}
-            rejected_table = config.storage.table(paths.rejected)
-            _commit(rejected_table, paths.rejected, REJECTED_SCHEMA, None, rejected, versions,
-                    now_ms, {p: INGEST.read(rejected_table, p) for p in versions})
+            _commit_rejected(config.storage.table(paths.rejected), paths.rejected, rejected,
+                             versions, now_ms)
         log_files = [f for r in mine for f in r.files if f.table == "log"]
-        _commit(log_table, paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, log_files,
-                {r.partition: r.last_offset for r in mine}, now_ms,
-                {r.partition: follower.position(INGEST.id(r.partition)) for r in mine})
+        _commit_log(paths.log, config.storage, log_files,
+                    {r.partition: r.last_offset for r in mine}, generation, now_ms)
         stats[topic] = BatchStats(
             records=sum(f.records for f in log_files),
             record_bytes=sum(f.record_bytes for f in log_files),

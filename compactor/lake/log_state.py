@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -45,6 +46,7 @@ from deltalake import DeltaTable
 from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
 from compactor.lake.layout import join, open_table
+from compactor.lake.log_commit import put_if_absent
 from compactor.lake.segments import (
     DataFile,
     PartitionLog,
@@ -52,7 +54,15 @@ from compactor.lake.segments import (
     _files_from_actions,
     data_file,
 )
-from compactor.lake.storage import Storage
+from compactor.lake.storage import Storage, is_local, local_path
+
+log = logging.getLogger(__name__)
+
+# Writer versions whose rules an append of ours obeys (1: none; 2: appendOnly, column
+# invariants; we set neither). Tables with table features (7) are committed by delta-rs.
+_PLAIN_WRITER_VERSIONS = (1, 2)
+_DEFAULT_CHECKPOINT_INTERVAL = 100
+_APPEND_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ class LogFollower:
         self._logs: dict[int, PartitionLog] = {}
         self._dirty: set[int] = set()  # partitions whose PartitionLog is rebuilt
         self._dirty_segments: set[tuple[int, int]] = set()  # segments rebuilt from their files
+        self._plain = False  # its protocol lets :meth:`append` write commit files
+        self._checkpoint_interval = _DEFAULT_CHECKPOINT_INTERVAL
         self.full_loads = 0  # how often step 1 ran: a figure for tests and benchmarks
 
     def view(self, partitions: Iterable[int] = ()) -> LogView | None:
@@ -132,6 +144,58 @@ class LogFollower:
             assert self._base is not None
             return self._base
 
+    def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None]
+               ) -> int | None:
+        """Steps 1-6 of :mod:`compactor.lake.log_commit`: commit ``lines`` as the next version
+        once ``check`` passes against the positions there; the version, or None when this
+        log's commits must go through delta-rs (object storage, table features)."""
+        if not is_local(self.uri):
+            return None
+        log_dir = join(local_path(self.uri), "_delta_log")
+        with self._lock:
+            for _ in range(_APPEND_ATTEMPTS):
+                if self._base is None and not self._load():
+                    raise LakeError(f"lake log {self.uri} does not exist")
+                try:
+                    self._advance()
+                except _Replaced:
+                    if not self._load():
+                        raise LakeError(f"lake log {self.uri} does not exist") from None
+                    self._advance()
+                if not self._plain:
+                    return None
+                check(self._txn)
+                version = self._version + 1
+                try:
+                    if not put_if_absent(log_dir, version, lines):
+                        continue  # step 5: another writer took this version
+                except OSError as exc:
+                    raise LakeError(f"cannot write commit {version} of the Delta log "
+                                    f"{self.uri}: {exc}") from exc
+                try:
+                    self._advance()  # our own commit, read back as any other
+                except _Replaced:
+                    self._base = None  # replaced just after our commit: reload at next look
+                    return version
+                if version % self._checkpoint_interval == 0:
+                    self._checkpoint(version)
+                return version
+        raise LakeError(
+            f"{self.uri}: {_APPEND_ATTEMPTS} commits in a row lost the race for the next "
+            "version to another writer; stop the other 'compactor run' on this lake and topic")
+
+    def _checkpoint(self, version: int) -> None:
+        """Step 6: delta-rs writes the checkpoint from its snapshot, brought to the latest
+        version, then deletes commit files past the log retention."""
+        assert self._base is not None
+        try:
+            self._base.update_incremental()
+            self._base.create_checkpoint()
+            self._base.cleanup_metadata()
+        except Exception as exc:  # a missed checkpoint costs readers time, never data
+            log.warning("checkpoint of %s at version %d failed (%s); the next one due "
+                        "retries", self.uri, version, exc)
+
     def position(self, app_id: str) -> int | None:
         """An app transaction's version as of the last :meth:`table_for_commit` or
         :meth:`view` (or newer): what a commit checks before it lands, without a delta-rs
@@ -157,6 +221,8 @@ class LogFollower:
         self._base = table
         self._version = table.version()
         self._table_id = str(table.metadata().id)
+        self._plain = table.protocol().min_writer_version in _PLAIN_WRITER_VERSIONS
+        self._configure(table.metadata().configuration)
         self._files, self._where, self._segments = {}, {}, {}
         self._txns, self._logs = {}, {}
         self._dirty, self._dirty_segments = set(), set()
@@ -193,8 +259,17 @@ class LogFollower:
                 partition = _partition_of(position.app_id, app_id)
                 if partition is not None:
                     self._dirty.add(partition)
-        elif "metaData" in action and str(action["metaData"].get("id")) != self._table_id:
-            raise _Replaced
+        elif "metaData" in action:
+            if str(action["metaData"].get("id")) != self._table_id:
+                raise _Replaced
+            self._configure(action["metaData"].get("configuration") or {})
+        elif "protocol" in action:
+            self._plain = action["protocol"].get("minWriterVersion") in _PLAIN_WRITER_VERSIONS
+
+    def _configure(self, configuration: Mapping[str, str]) -> None:
+        interval = str(configuration.get("delta.checkpointInterval", "")).strip()
+        self._checkpoint_interval = (int(interval) if interval.isdigit() and int(interval) > 0
+                                     else _DEFAULT_CHECKPOINT_INTERVAL)
 
     def _add(self, f: DataFile) -> None:
         where = (f.partition, f.segment)

@@ -1,0 +1,134 @@
+"""The ingest commit written as one commit file is a Delta commit like delta-rs's own.
+
+Real Delta tables on disk, read back by delta-rs (another Delta implementation than the
+writer), no Spark or broker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from deltalake.transaction import CommitProperties, Transaction
+
+from checkpoints import INGEST, WRITER
+from compactor.exceptions import LakeError
+from compactor.lake import log_commit, operations
+from compactor.lake.datafiles import add_action
+from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
+from compactor.lake.log_state import LogFollower
+from compactor.lake.segments import read_partition_logs
+from compactor.lake.storage import LOCAL
+from tests.unit.lake.test_log_state import _file
+
+Positions = Callable[[str], "int | None"]
+
+
+def _append(follower: LogFollower, files: list, txns: list[Transaction],
+            check: Callable[[Positions], None] = lambda position: None) -> int | None:
+    return log_commit.append(follower, files, txns, operations.INGEST, "test", check,
+                             LOG_SCHEMA, LOG_PARTITION_COLUMNS, int(time.time() * 1000))
+
+
+def _commit_elsewhere(root: str, files: list, txns: list[Transaction]) -> None:
+    """Another writer (delta-rs, its own snapshot) commits."""
+    now_ms = int(time.time() * 1000)
+    DeltaTable(root).create_write_transaction(
+        [add_action(f, now_ms) for f in files], "append", LOG_SCHEMA,
+        partition_by=LOG_PARTITION_COLUMNS,
+        commit_properties=CommitProperties(app_transactions=txns))
+
+
+def test_a_commit_file_of_ours_reads_back_in_delta_rs_as_files_positions_and_history(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    follower = LogFollower(root, LOCAL)
+    files = [_file(root, 0, 0, range(0, 3)), _file(root, 1, 0, range(0, 2))]
+    version = _append(follower, files, [INGEST.moved_to(2, 0, now_ms=5),
+                                        INGEST.moved_to(1, 1, now_ms=5)])
+    table = DeltaTable(root)
+    assert version == table.version() == 1
+    assert INGEST.read(table, 0) == 2 and INGEST.read(table, 1) == 1
+    assert sorted(table.file_uris()) == sorted(f"{root}/{f.path}" for f in files)
+    assert table.to_pyarrow_table().num_rows == 5
+    assert table.history(1)[0]["operation"] == "WRITE"
+    assert table.history(1)[0][operations.OPERATION_KEY] == operations.INGEST
+    view = follower.view()
+    assert view is not None and view.version == 1
+    assert dict(view.partitions) == dict(read_partition_logs(table))
+    assert follower.full_loads == 1
+
+
+def test_a_commit_that_loses_the_race_is_checked_again_on_the_winner_and_then_lands(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    follower = LogFollower(root, LOCAL)
+    follower.view()
+    seen: list[int | None] = []
+
+    def check(position: Positions) -> None:
+        seen.append(position(INGEST.id(1)))
+        if len(seen) == 1:  # another writer takes version 1 between our check and our write
+            _commit_elsewhere(root, [_file(root, 1, 0, range(0, 4))], [INGEST.moved_to(3, 1)])
+
+    version = _append(follower, [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)], check)
+    assert seen == [None, 3]  # the second look saw the winner's position
+    assert version == 2
+    table = DeltaTable(root)
+    assert table.version() == 2 and INGEST.read(table, 0) == 1 and INGEST.read(table, 1) == 3
+    assert table.to_pyarrow_table().num_rows == 6
+
+
+def test_a_failed_check_writes_nothing(tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    _commit_elsewhere(root, [], [WRITER.moved_to(2)])  # a newer run claimed the log
+    follower = LogFollower(root, LOCAL)
+
+    def check(position: Positions) -> None:
+        if position(WRITER.id()) != 1:
+            raise LakeError(f"generation {position(WRITER.id())}, not 1")
+
+    with pytest.raises(LakeError, match="generation 2, not 1"):
+        _append(follower, [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)], check)
+    assert DeltaTable(root).version() == 1
+    assert not [p for p in (Path(root) / "_delta_log").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_checkpoints_are_written_at_the_interval_and_expired_commit_files_removed(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    DeltaTable(root).alter.set_table_properties({
+        "delta.checkpointInterval": "5", "delta.logRetentionDuration": "interval 0 seconds"})
+    follower = LogFollower(root, LOCAL)
+    for offset in range(9):  # versions 2..10
+        _append(follower, [_file(root, 0, 0, range(offset, offset + 1))],
+                [INGEST.moved_to(offset, 0)])
+    log_dir = Path(root) / "_delta_log"
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 10
+    assert (log_dir / f"{10:020d}.checkpoint.parquet").exists()
+    commits = sorted(int(p.name[:20]) for p in log_dir.iterdir() if p.name.endswith(".json"))
+    assert commits[0] >= 5  # the ones before the earlier checkpoint are gone
+    table = DeltaTable(root)
+    assert table.version() == 10 and INGEST.read(table, 0) == 8
+    assert table.to_pyarrow_table().num_rows == 9
+    assert dict(LogFollower(root, LOCAL).view().partitions) == dict(read_partition_logs(table))
+
+
+def test_a_table_with_features_we_do_not_write_is_committed_by_delta_rs(tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    DeltaTable(root).alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    assert DeltaTable(root).protocol().min_writer_version > 2
+    follower = LogFollower(root, LOCAL)
+    assert _append(follower, [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)]) is None
+    table = DeltaTable(root)
+    assert INGEST.read(table, 0) == 1 and table.to_pyarrow_table().num_rows == 2
+    assert table.history(1)[0]["engineInfo"].startswith("delta-rs")
