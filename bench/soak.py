@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +248,12 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         tps = [(t, p) for t in (compact, delete) for p in range(PARTITIONS)]
         started = time.monotonic()
         end = started + args.minutes * 60
+        traced: list[Any] = []  # --tracemalloc: snapshots after the first tenth and at the end
         while time.monotonic() < end and thread.is_alive():
             time.sleep(args.sample)
+            tenth = started + (end - started) / 10
+            if args.tracemalloc and not traced and time.monotonic() > tenth:
+                traced.append(tracemalloc.take_snapshot())
             _batch_times(batches, parts)
             topics, _ = collect_status(service.config)
             sample = {"t": time.monotonic() - started,
@@ -264,6 +269,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
                   f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB  workers "
                   f"{sample['worker processes']:.0f} {sample['workers MB']:5.0f} MB  broker "
                   f"{sample['broker ListOffsets, ms']:5.1f} ms", flush=True)
+        if traced:
+            _python_growth(traced[0], tracemalloc.take_snapshot())
         producer.stop.set()
         service.request_stop()
         thread.join(120)
@@ -272,6 +279,20 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
     k = max(1, len(ids) // 10)
     print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
     _print_parts(parts, ids[:k], ids[-k:])
+
+
+def _python_growth(before: Any, after: Any, top: int = 25) -> None:
+    """Where the driver's Python heap grew between two tracemalloc snapshots: tells growth of
+    Python objects (ours, py4j's, pyspark's) from native memory (Arrow, delta-rs, the JVM
+    bridge), which tracemalloc does not see."""
+    stats = after.compare_to(before, "traceback")
+    total = sum(s.size_diff for s in stats)
+    print(f"\nPython heap growth after the first tenth: {total / 1e6:+.1f} MB "
+          f"({sum(s.size for s in stats) / 1e6:.1f} MB traced now); largest sources:")
+    for s in stats[:top]:
+        frames = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in s.traceback][-6:]
+        print(f"  {s.size_diff / 1e6:+8.2f} MB {s.count_diff:+8d} blocks  "
+              + " < ".join(frames[::-1]))
 
 
 def _list_offsets_ms(offsets: OffsetReader, tps: list[tuple[str, int]]) -> float:
@@ -446,7 +467,12 @@ def main() -> None:
     parser.add_argument("--preload-files", type=int, default=0,
                         help="fixed-cost mode: a log of this many files against an empty one")
     parser.add_argument("--fixed-seconds", type=float, default=60.0)
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                        help="trace the driver's Python allocations (this many frames each) and "
+                             "print where they grew after the first tenth (slows the driver)")
     args = parser.parse_args()
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         if args.preload_files:

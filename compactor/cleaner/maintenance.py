@@ -14,12 +14,14 @@ Commit protocol of one pass, per partition:
 2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
    files and returns the files to remove and add and the new checkpoint C'.
 3. Under the commit lock (no other commit of this process touches the log meanwhile), the
-   table is read again. If its checkpoint is no longer C or its fence no longer F, another
-   cleaner committed first and this pass's files are abandoned. Otherwise removes, adds,
-   ``(compactor-cleaner-<p>, C')`` and ``(compactor-rewrite-<p>, F + 1)`` go in one Delta
-   commit (consolidation's removes and adds with ``dataChange=false``); a concurrent commit
-   carrying the same app ids makes delta-rs refuse one of the two, and a stale plan finds F
-   moved, so a double remove never lands.
+   log's follower reads the commits since its last look and the commit is checked at the
+   version it would land on: if the checkpoint is no longer C, the fence no longer F, a newer
+   run claimed the log, or a file to remove is no longer live, another writer got there first
+   and this pass's files are abandoned. Otherwise removes, adds, ``(compactor-cleaner-<p>,
+   C')``, ``(compactor-rewrite-<p>, F + 1)`` and ``compactor-cleanable-<p>`` go in one Delta
+   commit (consolidation's removes and adds with ``dataChange=false``), written as the next
+   commit file only if no other writer created it first (:mod:`compactor.lake.log_commit`),
+   so a double remove never lands.
 4. Vacuum deletes removed files past the grace period, and old orphans.
 
 A partition whose task fails is marked uncleanable with its error and skipped by later passes
@@ -35,9 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake.transaction import RemoveAction
-
-from checkpoints import CLEANER, REWRITE, TABLE
+from checkpoints import CLEANER, REWRITE, TABLE, WRITER
 from compactor.cleaner import uncleanable
 from compactor.cleaner.cleanable import (
     CleanableRange,
@@ -52,16 +52,14 @@ from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
-from compactor.lake import fencing, operations
-from compactor.lake.datafiles import add_action
+from compactor.lake import fencing, log_commit, operations
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     open_table,
     topic_paths,
 )
-from compactor.lake.log_state import log_view
-from compactor.lake.segments import DataFile
+from compactor.lake.log_state import follow, log_view
 
 log = logging.getLogger(__name__)
 
@@ -339,37 +337,43 @@ class LogMaintenance:
         self.uncleanable.pop(key, None)
         nothing = (not result.removed and not result.added and not result.merged_from
                    and result.checkpoint == item.checkpoint)
-        if nothing and not uncleanable.is_marked(self._config.storage.table(item.plan.log_path),
-                                                 result.partition):
-            return False
-        now_ms = int(time.time() * 1000)
-        def remove(f: DataFile, data_change: bool) -> RemoveAction:
-            return RemoveAction(f.path, data_change, now_ms, f.size_bytes,
-                                {"partition": str(f.partition), "segment": str(f.segment)})
-
-        actions: list[Any] = [remove(f, True) for f in result.removed]
-        actions += [add_action(f, now_ms) for f in result.added]
-        # consolidation: the same records in fewer files, marked as no data change
-        actions += [remove(f, False) for f in result.merged_from]
-        actions += [add_action(f, now_ms, data_change=False) for f in result.merged]
-        with self._lock:
-            table = self._config.storage.table(item.plan.log_path)
-            fencing.check(table, self.generations.get(result.topic))
-            if (CLEANER.read(table, result.partition) != item.checkpoint
-                    or (REWRITE.read(table, result.partition) or 0) != item.fence):
-                log.warning("%s-%d: another cleaner committed first; this pass is dropped", *key)
+        path = item.plan.log_path
+        follower = follow(path, self._config.storage)
+        if nothing:
+            follower.view()
+            if uncleanable.marked_at(follower.position, result.partition) is None:
                 return False
-            # The fence moves with every commit of a task: a segment rewrite moves no
-            # checkpoint, and a stale plan would otherwise remove files twice.
-            txns = [CLEANER.moved_to(result.checkpoint, result.partition, now_ms=now_ms),
-                    REWRITE.moved_to(item.fence + 1, result.partition, now_ms=now_ms)]
-            if uncleanable.is_marked(table, result.partition):
-                txns.append(uncleanable.clearing(result.partition, now_ms))
+        now_ms = int(time.time() * 1000)
+        generation = self.generations.get(result.topic)
+        # The fence moves with every commit of a task: a segment rewrite moves no checkpoint,
+        # and a stale plan would otherwise remove files twice. The clearing position rides
+        # along always: the partition was cleaned now, whether or not it was marked.
+        txns = [CLEANER.moved_to(result.checkpoint, result.partition, now_ms=now_ms),
+                REWRITE.moved_to(item.fence + 1, result.partition, now_ms=now_ms),
+                uncleanable.clearing(result.partition, now_ms)]
+
+        def check(position: Callable[[str], int | None]) -> None:
+            fencing.check_generation(path, generation, position(WRITER.id()))
+            if (position(CLEANER.id(result.partition)) != item.checkpoint
+                    or (position(REWRITE.id(result.partition)) or 0) != item.fence):
+                raise log_commit.Conflict(f"{path}: partition {result.partition}'s cleaner "
+                                          "checkpoint or fence moved")
+
+        operation, summary = _operation(result)
+        with self._lock:
             try:
-                table.create_write_transaction(
-                    actions, "append", LOG_SCHEMA, partition_by=LOG_PARTITION_COLUMNS,
-                    commit_properties=_properties(result, txns),
-                )
+                log_commit.append(
+                    follower, result.added, txns, operation, summary, check, LOG_SCHEMA,
+                    LOG_PARTITION_COLUMNS, now_ms,
+                    removes=[(f, True) for f in result.removed]
+                    + [(f, False) for f in result.merged_from],  # consolidation: no data change
+                    moved=result.merged)
+            except log_commit.Conflict as exc:
+                log.warning("%s-%d: another cleaner committed first; this pass is dropped (%s)",
+                            *key, exc)
+                return False
+            except fencing.FencedError:
+                raise
             except Exception as exc:
                 log.warning("%s-%d: cleaning commit refused (%s); retried next pass", *key, exc)
                 return False
@@ -420,8 +424,9 @@ class LogMaintenance:
         return deleted
 
 
-def _properties(result: CleanResult, txns: list[Any]) -> Any:
-    """Name a cleaning commit by what it did: compaction, retention alone, or only positions."""
+def _operation(result: CleanResult) -> tuple[str, str]:
+    """Name a cleaning commit by what it did: compaction, retention alone, or only positions;
+    and the sentence for its ``userMetadata``."""
     s = result.stats
     if result.added or s.records_dropped or s.tombstones_stamped:
         operation = operations.CLEAN
@@ -431,8 +436,8 @@ def _properties(result: CleanResult, txns: list[Any]) -> Any:
         operation = operations.REWRITE_SEGMENTS
     else:
         operation = operations.CHECKPOINT
-    return operations.properties(
-        operation, f"{operation.lower()} {result.topic}-{result.partition}: checkpoint "
+    return operation, (
+        f"{operation.lower()} {result.topic}-{result.partition}: checkpoint "
         f"{result.checkpoint}, {len(result.removed)} files removed, {len(result.added)} added, "
         f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted, "
-        f"{s.files_merged} files merged into {len(result.merged)}", txns)
+        f"{s.files_merged} files merged into {len(result.merged)}")

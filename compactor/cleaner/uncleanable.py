@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from deltalake import DeltaTable, Transaction
@@ -44,8 +44,13 @@ class Uncleanable:
 
 def _marked_since(table: DeltaTable, partition: int) -> int | None:
     """When the partition was marked, if it still is."""
-    marked = UNCLEANABLE.read(table, partition) or 0
-    cleared = CLEANABLE.read(table, partition) or 0
+    return marked_at(table.transaction_version, partition)
+
+
+def marked_at(position: Callable[[str], int | None], partition: int) -> int | None:
+    """:func:`_marked_since` from any source of positions (a log follower's, say)."""
+    marked = position(UNCLEANABLE.id(partition)) or 0
+    cleared = position(CLEANABLE.id(partition)) or 0
     return marked if marked > cleared else None
 
 

@@ -1,4 +1,4 @@
-"""A micro-batch's log commit written as one Delta commit file, at a cost flat in the log's size.
+"""The log's commits written as one Delta commit file each, at a cost flat in the log's size.
 
 delta-rs 1.x commits from a snapshot of every live file: bringing a loaded table to the
 latest version rebuilds that snapshot (0.2-0.3 s on a log of 100,000 files, this project's
@@ -20,14 +20,16 @@ run's commit lock):
    this writer does not implement (writer version above 2: table features) or the log is not
    on a local disk (put-if-absent on object storage needs the store's conditional put,
    which delta-rs configures per store).
-3. Run the caller's check against the positions at V: the writer generation and each
-   partition's ingest position. A failed check raises; nothing is written.
-4. Write the actions (``commitInfo``, ``txn``, ``add``) to a temporary file in ``_delta_log``
+3. Run the caller's check against the positions at V (the writer generation, each position
+   the commit moves) and make sure every file to remove is live at V. A failed check raises
+   (:class:`Conflict` when another writer got there first); nothing is written.
+4. Write the actions (``commitInfo``, ``remove``, ``add``, ``txn``) to a temporary file in
+   ``_delta_log``
    and hard-link it to ``<V+1>.json``. The link fails when that name exists, so of two
    writers of V+1 exactly one wins, as with delta-rs's own commit on a local disk. The
    temporary file is removed either way. A reader never sees a partial commit file: the name
    appears only once its content is written and synced.
-5. Another writer won V+1: go back to 1 (at most ``_ATTEMPTS`` times).
+5. Another writer won V+1: go back to 1 (at most five times).
 6. When V+1 is a multiple of ``delta.checkpointInterval``, write the checkpoint and delete
    commit files older than ``delta.logRetentionDuration``, as delta-rs does after its own
    commits: the one step that reads every live file, once per interval, not per batch. It
@@ -39,16 +41,19 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pyarrow as pa
 from deltalake import Transaction
+from deltalake.transaction import AddAction, RemoveAction
 
-from compactor import __version__
+from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.datafiles import WrittenFile, add_action
+from compactor.lake.segments import DataFile
 
 if TYPE_CHECKING:
     from compactor.lake.log_state import LogFollower
@@ -57,34 +62,54 @@ if TYPE_CHECKING:
 Positions = Callable[[str], "int | None"]
 Check = Callable[[Positions], None]
 
-_ATTEMPTS = 5
+try:
+    _ENGINE = f"kafka-lake-compactor-{metadata.version('kafka-lake-compactor')}"
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    _ENGINE = "kafka-lake-compactor"
 
 
-def commit_lines(files: Iterable[WrittenFile], txns: Iterable[Transaction], operation: str,
-                 summary: str, partition_by: list[str], now_ms: int) -> list[str]:
-    """The JSON lines of an append commit, in the fields and order delta-rs writes them."""
+class Conflict(LakeError):
+    """Another writer moved what this commit checked: nothing was committed."""
+
+
+def _path(relative: str) -> str:
+    return quote(relative, safe="/=")
+
+
+def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], operation: str,
+                 summary: str, partition_by: list[str], now_ms: int,
+                 removes: Sequence[tuple[DataFile, bool]] = (),
+                 moved: Sequence[WrittenFile] = ()) -> list[str]:
+    """The JSON lines of a commit, in the fields delta-rs writes: ``removes`` (file, whether
+    records go with it), ``adds``, ``moved`` (added with no data change), ``txns``."""
     info = {
         "timestamp": now_ms, "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_by)},
-        "isBlindAppend": True,
-        "engineInfo": f"kafka-lake-compactor {__version__}",
-        "clientVersion": f"kafka-lake-compactor-{__version__}",
+        "isBlindAppend": not removes,
+        "engineInfo": _ENGINE, "clientVersion": _ENGINE,
         operations.OPERATION_KEY: operation, "userMetadata": f"compactor: {summary}",
     }
-    lines = [json.dumps({"commitInfo": info}, separators=(",", ":"))]
-    for f in files:
-        lines.append(json.dumps({"add": {
-            "path": quote(f.path, safe="/="), "partitionValues": dict(f.partition_values),
-            "size": f.size,
-            "modificationTime": f.modified_ms if f.modified_ms is not None else now_ms,
-            "dataChange": True, "stats": f.stats,
-        }}, separators=(",", ":")))
+    actions: list[dict[str, object]] = [{"commitInfo": info}]
+    for f, data_change in removes:
+        actions.append({"remove": {
+            "path": _path(f.path), "deletionTimestamp": now_ms, "dataChange": data_change,
+            "extendedFileMetadata": True, "size": f.size_bytes,
+            "partitionValues": {"partition": str(f.partition), "segment": str(f.segment)},
+        }})
+    for files, data_change in ((adds, True), (moved, False)):
+        for w in files:
+            actions.append({"add": {
+                "path": _path(w.path), "partitionValues": dict(w.partition_values),
+                "size": w.size,
+                "modificationTime": w.modified_ms if w.modified_ms is not None else now_ms,
+                "dataChange": data_change, "stats": w.stats,
+            }})
     for t in txns:
         txn: dict[str, object] = {"appId": t.app_id, "version": t.version}
         if t.last_updated is not None:
             txn["lastUpdated"] = t.last_updated
-        lines.append(json.dumps({"txn": txn}, separators=(",", ":")))
-    return lines
+        actions.append({"txn": txn})
+    return [json.dumps(a, separators=(",", ":")) for a in actions]
 
 
 def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
@@ -105,23 +130,31 @@ def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
     return True
 
 
-def append(follower: LogFollower, files: list[WrittenFile], txns: list[Transaction],
+def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Transaction],
            operation: str, summary: str, check: Check, schema: pa.Schema,
-           partition_by: list[str], now_ms: int) -> int | None:
-    """Commit ``files`` with ``txns`` to the follower's log once ``check`` passes; the version
-    committed (None when delta-rs committed it: it does not say which).
+           partition_by: list[str], now_ms: int, removes: Sequence[tuple[DataFile, bool]] = (),
+           moved: Sequence[WrittenFile] = ()) -> int | None:
+    """Commit to the follower's log once ``check`` passes and every file of ``removes`` is
+    live; the version committed (None when delta-rs committed it: it does not say which).
 
     The commit file is written by :meth:`LogFollower.append` where it can be (see the module
-    docstring); otherwise delta-rs commits from the follower's table, after the same check.
+    docstring); otherwise delta-rs commits from the follower's table, after the same checks.
     """
-    lines = commit_lines(files, txns, operation, summary, partition_by, now_ms)
-    version = follower.append(lines, check)
+    lines = commit_lines(adds, txns, operation, summary, partition_by, now_ms, removes, moved)
+    removed = [f.path for f, _ in removes]
+    version = follower.append(lines, check, removed)
     if version is not None:
         return version
     table = follower.table_for_commit()
     check(follower.position)
+    follower.check_live(removed)
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(f.path, data_change, now_ms, f.size_bytes,
+                     {"partition": str(f.partition), "segment": str(f.segment)})
+        for f, data_change in removes]
+    actions += [add_action(f, now_ms) for f in adds]
+    actions += [add_action(f, now_ms, data_change=False) for f in moved]
     table.create_write_transaction(
-        [add_action(f, now_ms) for f in files], "append", schema, partition_by=partition_by,
+        actions, "append", schema, partition_by=partition_by,
         commit_properties=operations.properties(operation, summary, txns))
     return None
-

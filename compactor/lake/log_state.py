@@ -46,7 +46,7 @@ from deltalake import DeltaTable
 from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
 from compactor.lake.layout import join, open_table
-from compactor.lake.log_commit import put_if_absent
+from compactor.lake.log_commit import Conflict, put_if_absent
 from compactor.lake.segments import (
     DataFile,
     PartitionLog,
@@ -144,11 +144,12 @@ class LogFollower:
             assert self._base is not None
             return self._base
 
-    def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None]
-               ) -> int | None:
+    def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
+               removed: Iterable[str] = ()) -> int | None:
         """Steps 1-6 of :mod:`compactor.lake.log_commit`: commit ``lines`` as the next version
-        once ``check`` passes against the positions there; the version, or None when this
-        log's commits must go through delta-rs (object storage, table features)."""
+        once ``check`` passes against the positions there and the ``removed`` paths are live;
+        the version, or None when this log's commits must go through delta-rs (object
+        storage, table features)."""
         if not is_local(self.uri):
             return None
         log_dir = join(local_path(self.uri), "_delta_log")
@@ -165,6 +166,7 @@ class LogFollower:
                 if not self._plain:
                     return None
                 check(self._txn)
+                self._check_live(removed)
                 version = self._version + 1
                 try:
                     if not put_if_absent(log_dir, version, lines):
@@ -183,6 +185,19 @@ class LogFollower:
         raise LakeError(
             f"{self.uri}: {_APPEND_ATTEMPTS} commits in a row lost the race for the next "
             "version to another writer; stop the other 'compactor run' on this lake and topic")
+
+    def check_live(self, paths: Iterable[str]) -> None:
+        """Raise :class:`~compactor.lake.log_commit.Conflict` when a path is not a live file
+        of the log as of the last look (another commit removed it)."""
+        with self._lock:
+            self._check_live(paths)
+
+    def _check_live(self, paths: Iterable[str]) -> None:
+        gone = [p for p in paths if p not in self._where]
+        if gone:
+            raise Conflict(f"{self.uri}: {len(gone)} file(s) to remove are no longer in the "
+                           f"log at version {self._version} (another commit removed them), "
+                           f"e.g. {gone[0]}")
 
     def _checkpoint(self, version: int) -> None:
         """Step 6: delta-rs writes the checkpoint from its snapshot, brought to the latest

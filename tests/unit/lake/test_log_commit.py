@@ -132,3 +132,36 @@ def test_a_table_with_features_we_do_not_write_is_committed_by_delta_rs(tmp_path
     table = DeltaTable(root)
     assert INGEST.read(table, 0) == 1 and table.to_pyarrow_table().num_rows == 2
     assert table.history(1)[0]["engineInfo"].startswith("delta-rs")
+
+
+def test_removes_and_rewrites_land_once_and_a_second_remove_of_a_file_conflicts(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    follower = LogFollower(root, LOCAL)
+    small = [_file(root, 0, 0, range(0, 2)), _file(root, 0, 0, range(2, 4))]
+    _append(follower, small, [INGEST.moved_to(3, 0)])
+    view = follower.view()
+    assert view is not None
+    live = list(view.partitions[0].segments[0].files)
+    merged = _file(root, 0, 0, range(0, 4))
+    blind = log_commit.commit_lines([], [], operations.INGEST, "nothing removed", [], 0)
+    assert json.loads(blind[0])["commitInfo"]["isBlindAppend"] is True
+    version = log_commit.append(
+        follower, [], [], operations.REWRITE_SEGMENTS, "merge", lambda position: None,
+        LOG_SCHEMA, LOG_PARTITION_COLUMNS, int(time.time() * 1000),
+        removes=[(f, False) for f in live], moved=[merged])
+    table = DeltaTable(root)
+    assert version == table.version() == 2
+    assert table.file_uris() == [f"{root}/{merged.path}"]
+    assert table.to_pyarrow_table().num_rows == 4
+    changes = [json.loads(line) for line in
+               (Path(root) / "_delta_log" / f"{2:020d}.json").read_text().splitlines()]
+    assert {c["remove"]["dataChange"] for c in changes if "remove" in c} == {False}
+    assert {c["add"]["dataChange"] for c in changes if "add" in c} == {False}
+
+    with pytest.raises(log_commit.Conflict, match="no longer in the log at version 2"):
+        log_commit.append(follower, [], [], operations.RETENTION, "again",
+                          lambda position: None, LOG_SCHEMA, LOG_PARTITION_COLUMNS, 0,
+                          removes=[(live[0], True)])
+    assert DeltaTable(root).version() == 2
