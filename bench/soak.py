@@ -121,8 +121,13 @@ def lake_files(lake: Path, topic: str) -> dict[str, float]:
         segs = list(zip(parts, actions.column("partition.segment").to_pylist(), strict=True))
         figures["files"] = len(parts)
         figures["files/partition"] = len(parts) / max(1, len(set(parts)))
-        per_segment = [segs.count(s) for s in set(segs)]
-        figures["most files/segment"] = max(per_segment, default=0)
+        per_segment = {s: segs.count(s) for s in set(segs)}
+        figures["most files/segment"] = max(per_segment.values(), default=0)
+        # Closed: every segment but each partition's newest (the active one collects files
+        # until it rolls; consolidation then makes it one).
+        newest = {p: max(b for q, b in per_segment if q == p) for p, _ in per_segment}
+        figures["most files/closed segment"] = max(
+            (n for (p, b), n in per_segment.items() if b != newest[p]), default=0)
     except Exception:  # not created yet
         figures["files"] = 0
     for name in ("log", "table"):

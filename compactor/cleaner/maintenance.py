@@ -392,13 +392,16 @@ class LogMaintenance:
 
     def _vacuum_topic(self, topic: str) -> int:
         """Vacuum the topic's log, latest-value table and rejected records (they hold keys
-        and values too); returns the files deleted."""
+        and values too) and its erasure ledger (compacted first); returns the files
+        deleted."""
         paths = topic_paths(self._config.lake_path, topic)
         tc = self._config.topic(topic)
         grace = tc.vacuum_grace_ms
         deleted = 0
-        ours = [paths.log, paths.table, paths.rejected]
+        ours = [paths.log, paths.table, paths.rejected, self._ledger.path(topic)]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
+        with self._lock:
+            self._ledger.compact(topic)
         for path in ours + theirs:
             try:
                 table = open_table(path, self._config.storage)

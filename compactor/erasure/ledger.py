@@ -49,6 +49,10 @@ LEDGER_SCHEMA = pa.schema([
     ("keyDigest", pa.binary()), ("tombstoneTimeMs", pa.int64()), ("deadlineMs", pa.int64()),
     ("target", pa.string()), ("atMs", pa.int64()),
 ])
+# A ledger gains a small file with each micro-batch that carries tombstones and with each
+# done event. Past this many files the maintenance pass rewrites them as one (events
+# unchanged), so reading the ledger, which every micro-batch does, stays flat as a run ages.
+COMPACT_AT_FILES = 64
 LEDGER_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",
     "delta.enableChangeDataFeed": "false",
@@ -133,6 +137,26 @@ class ErasureLedger:
 
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
+
+    def path(self, topic: str) -> str:
+        """Where the topic's ledger lives (``L/T/erasures``)."""
+        return self._path(topic)
+
+    def compact(self, topic: str) -> int:
+        """Rewrite the ledger's files as one once it holds ``COMPACT_AT_FILES``; returns how
+        many it replaced. delta-rs's OPTIMIZE: no event changes (``dataChange=false``), so it
+        commits beside concurrent appends; vacuum deletes the replaced files after the
+        grace, as any of our tables'. The caller holds the commit lock."""
+        table = open_table(self._path(topic), self._config.storage)
+        if table is None or len(table.file_uris()) < COMPACT_AT_FILES:
+            return 0
+        try:
+            metrics = table.optimize.compact(commit_properties=operations.properties(
+                operations.COMPACT_LEDGER, f"erasure ledger of {topic} rewritten as one file"))
+        except Exception as exc:  # the ledger only reads slower until the next pass
+            log.warning("%s: cannot compact the erasure ledger: %s", self._path(topic), exc)
+            return 0
+        return int(metrics.get("numFilesRemoved", 0))
 
     def record_tombstones(self, topic: str, view: LogView | None = None) -> int:
         """Append the tombstones the log committed since the last scan; returns how many.

@@ -106,3 +106,30 @@ def test_two_processes_recording_the_same_tombstones_record_them_once(
     root = Path(topic_paths(config.lake_path, "t").root) / "erasures"
     rows = DeltaTable(str(root)).to_pyarrow_table().to_pylist()
     assert sorted(r["offset"] for r in rows if r["event"] == "tombstone") == [0, 1]
+
+
+def test_a_ledger_of_many_small_files_is_compacted_to_one_with_the_same_events(
+        tmp_path: Path) -> None:
+    from compactor.erasure import ledger as ledger_module
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    append(config, "t", 0, [(0, b"a", None, now), (1, b"b", None, now + 1)], now_ms=now)
+    ledger = ErasureLedger(config)
+    ledger.record_tombstones("t")
+    for i in range(ledger_module.COMPACT_AT_FILES - 2):  # a done event per micro-batch
+        ledger.record_done("t", "table", {0: i % 2}, now_ms=now + i)
+    assert ledger.compact("t") == 0  # one file short of the threshold
+    ledger.record_done("t", "log", {0: 1}, now_ms=now + 500)
+    before = sorted(DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist(),
+                    key=lambda r: (r["event"], r["atMs"], r["offset"]))
+    assert len(DeltaTable(ledger.path("t")).file_uris()) == ledger_module.COMPACT_AT_FILES
+
+    assert ledger.compact("t") == ledger_module.COMPACT_AT_FILES
+    table = DeltaTable(ledger.path("t"))
+    assert len(table.file_uris()) == 1
+    assert sorted(table.to_pyarrow_table().to_pylist(),
+                  key=lambda r: (r["event"], r["atMs"], r["offset"])) == before
+    assert table.history(1)[0]["compactor.operation"] == "COMPACT LEDGER"
+    assert ledger.backlog("t", now_ms=now + 1000).pending == 0  # both targets done
