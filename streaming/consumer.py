@@ -8,6 +8,7 @@ transactions hold the position.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Mapping
 from itertools import chain
@@ -202,3 +203,12 @@ def write_range(
         # pyarrow's allocator (mimalloc) keeps freed pages; a reused worker would hold the
         # high-water mark of every range it ever wrote.
         pa.default_memory_pool().release_unused()
+
+
+def warm_up(_task: int) -> int:
+    """A task that readies a Python worker for :func:`write_range`: importing this module
+    has loaded pyarrow, confluent-kafka and the writer, and Spark keeps the worker for the
+    next task (``spark.python.worker.reuse``). The short wait keeps the slot busy, so that
+    each core's task forks a worker of its own. Returns the worker's pid."""
+    time.sleep(0.2)
+    return os.getpid()

@@ -33,7 +33,7 @@ from compactor.lake.layout import topic_paths
 from compactor.lake.log_state import log_view
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
-from streaming.consumer import write_range
+from streaming.consumer import warm_up, write_range
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
 from streaming.offsets import EARLIEST, LATEST
@@ -232,4 +232,20 @@ class Mirror:
             {"availableNow": True} if once
             else {"processingTime": f"{cfg.trigger_interval_ms} milliseconds"}
         )
+        self._warm_workers()
         return writer.trigger(**trigger).start()
+
+    def _warm_workers(self) -> None:
+        """Fork one Python worker per core and load the write task's modules in it while the
+        query starts (its source, its checkpoint, the first offsets), so that the first
+        micro-batch does not wait for that: about 2 s of bench/run.py's W1 batch."""
+        context = self.spark.sparkContext
+        n = context.defaultParallelism
+
+        def run() -> None:
+            try:
+                context.parallelize(range(n), n).map(warm_up).collect()
+            except Exception as exc:  # only a head start: the first batch forks them anyway
+                log.debug("warming up the Python workers failed: %s", exc)
+
+        threading.Thread(target=run, name="warm-python-workers", daemon=True).start()
