@@ -5,11 +5,13 @@ latest version rebuilds that snapshot (0.2-0.3 s on a log of 100,000 files, this
 2-core machine) and the commit rebuilds it again, so the ingest commit alone grew from 0.03 s
 on an empty log to 0.74 s there. The Delta protocol asks less of a writer: a commit is the
 file ``_delta_log/<version>.json``, created only if no writer created it first, after the
-writer has checked what its actions could conflict with. An ingest commit appends new files
-and moves its own partitions' ingest positions, so its conflicts are: another writer moved
-one of those positions, a newer run claimed the log (the writer generation), or the table's
-metadata or protocol changed. The log's :class:`~compactor.lake.log_state.LogFollower`
-knows all of them from the commit files it reads anyway.
+writer has checked what its actions could conflict with. Our commits to the log move the
+app transactions that guard what they touch (an ingest commit its partitions' ingest
+positions, a cleaning commit the partition's cleaner checkpoint and rewrite fence), so their
+conflicts are: another writer moved one of those positions, a newer run claimed the log (the
+writer generation), a file to remove is no longer live, or the table's metadata or protocol
+changed. The log's :class:`~compactor.lake.log_state.LogFollower` knows all of them from the
+commit files it reads anyway.
 
 Protocol of :meth:`LogFollower.append` (under the follower's lock, itself taken under the
 run's commit lock):
@@ -24,11 +26,10 @@ run's commit lock):
    the commit moves) and make sure every file to remove is live at V. A failed check raises
    (:class:`Conflict` when another writer got there first); nothing is written.
 4. Write the actions (``commitInfo``, ``remove``, ``add``, ``txn``) to a temporary file in
-   ``_delta_log``
-   and hard-link it to ``<V+1>.json``. The link fails when that name exists, so of two
-   writers of V+1 exactly one wins, as with delta-rs's own commit on a local disk. The
-   temporary file is removed either way. A reader never sees a partial commit file: the name
-   appears only once its content is written and synced.
+   ``_delta_log`` and hard-link it to ``<V+1>.json``. The link fails when that name exists,
+   so of two writers of V+1 exactly one wins, as with delta-rs's own commit on a local
+   disk. The temporary file is removed either way. A reader never sees a partial commit
+   file: the name appears only once its content is written and synced.
 5. Another writer won V+1: go back to 1 (at most five times).
 6. When V+1 is a multiple of ``delta.checkpointInterval``, write the checkpoint and delete
    commit files older than ``delta.logRetentionDuration``, as delta-rs does after its own

@@ -34,7 +34,7 @@ import datetime as dt
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -106,14 +106,8 @@ class LogFollower:
         """The log at its latest committed version, with an entry for each partition that has
         files or is named in ``partitions``; None when the table does not exist."""
         with self._lock:
-            if self._base is None and not self._load():
+            if not self._latest():
                 return None
-            try:
-                self._advance()
-            except _Replaced:
-                if not self._load():
-                    return None
-                self._advance()
             self._dirty.update(p for p in partitions if p not in self._logs)
             self._rebuild()
             rewrites = {p: self._txn(REWRITE.id(p)) or 0 for p in self._logs}
@@ -124,9 +118,10 @@ class LogFollower:
 
         delta-rs advances a loaded table by the new commits (``update_incremental``) for less
         than a fresh open costs. Callers commit under the run's commit lock, so nothing else
-        moves the table between this call and their commit. Only here is the table moved,
-        under the follower's lock, and :meth:`view` reads every newer commit file before it
-        looks a position up in it, so a lookup never sees a version the view has not reached.
+        moves the table between this call and their commit. Only here and in a checkpoint
+        (:meth:`append`) is the table moved, under the follower's lock, and both then read
+        every newer commit file, as :meth:`view` does before it looks a position up in it, so
+        a lookup never sees a version the view has not reached.
         """
         with self._lock:
             if self._base is None and not self._load():
@@ -145,7 +140,7 @@ class LogFollower:
             return self._base
 
     def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
-               removed: Iterable[str] = ()) -> int | None:
+               removed: Sequence[str] = ()) -> int | None:
         """Steps 1-6 of :mod:`compactor.lake.log_commit`: commit ``lines`` as the next version
         once ``check`` passes against the positions there and the ``removed`` paths are live;
         the version, or None when this log's commits must go through delta-rs (object
@@ -155,14 +150,8 @@ class LogFollower:
         log_dir = join(local_path(self.uri), "_delta_log")
         with self._lock:
             for _ in range(_APPEND_ATTEMPTS):
-                if self._base is None and not self._load():
+                if not self._latest():
                     raise LakeError(f"lake log {self.uri} does not exist")
-                try:
-                    self._advance()
-                except _Replaced:
-                    if not self._load():
-                        raise LakeError(f"lake log {self.uri} does not exist") from None
-                    self._advance()
                 if not self._plain:
                     return None
                 check(self._txn)
@@ -210,6 +199,24 @@ class LogFollower:
         except Exception as exc:  # a missed checkpoint costs readers time, never data
             log.warning("checkpoint of %s at version %d failed (%s); the next one due "
                         "retries", self.uri, version, exc)
+        try:  # the table moved: positions looked up in it must not be newer than ours
+            self._advance()
+        except _Replaced:
+            self._base = None
+
+    def _latest(self) -> bool:
+        """Steps 1 and 2 of the protocol above (and 4's start-over): load if needed or if the
+        table was replaced, then read the commits since; False when the table does not
+        exist."""
+        if self._base is None and not self._load():
+            return False
+        try:
+            self._advance()
+        except _Replaced:
+            if not self._load():
+                return False
+            self._advance()
+        return True
 
     def position(self, app_id: str) -> int | None:
         """An app transaction's version as of the last :meth:`table_for_commit` or

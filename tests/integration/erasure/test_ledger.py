@@ -33,13 +33,20 @@ def test_tombstones_are_recorded_once_with_a_salted_digest_and_no_key(tmp_path: 
             assert b"SECRET" not in f.read_bytes(), f
 
 
-def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
+def _two_tombstones_recorded(tmp_path: Path) -> tuple[ErasureLedger, int]:
+    """A compacted topic whose log holds two tombstones (offsets 0 and 1, timestamped now),
+    recorded in its ledger; the ledger and that now."""
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
     now = int(time.time() * 1000)
     append(config, "t", 0, [(0, b"a", None, now), (1, b"b", None, now + 1)], now_ms=now)
     ledger = ErasureLedger(config)
     ledger.record_tombstones("t")
+    return ledger, now
+
+
+def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
+    ledger, now = _two_tombstones_recorded(tmp_path)
     backlog = ledger.backlog("t", now_ms=now + 1000)
     assert (backlog.pending, backlog.oldest_pending_age_ms, backlog.missed_deadlines) == \
         (2, 1000, 0)
@@ -112,12 +119,7 @@ def test_a_ledger_of_many_small_files_is_compacted_to_one_with_the_same_events(
         tmp_path: Path) -> None:
     from compactor.erasure import ledger as ledger_module
 
-    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
-                            max_compaction_lag_ms=60_000)
-    now = int(time.time() * 1000)
-    append(config, "t", 0, [(0, b"a", None, now), (1, b"b", None, now + 1)], now_ms=now)
-    ledger = ErasureLedger(config)
-    ledger.record_tombstones("t")
+    ledger, now = _two_tombstones_recorded(tmp_path)
     for i in range(ledger_module.COMPACT_AT_FILES - 2):  # a done event per micro-batch
         ledger.record_done("t", "table", {0: i % 2}, now_ms=now + i)
     assert ledger.compact("t") == 0  # one file short of the threshold

@@ -34,6 +34,13 @@ def _append(follower: LogFollower, files: list, txns: list[Transaction],
                              LOG_SCHEMA, LOG_PARTITION_COLUMNS, int(time.time() * 1000))
 
 
+def _new_log(tmp_path: Path) -> tuple[str, LogFollower]:
+    """An empty log table and a follower of it."""
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    return root, LogFollower(root, LOCAL)
+
+
 def _commit_elsewhere(root: str, files: list, txns: list[Transaction]) -> None:
     """Another writer (delta-rs, its own snapshot) commits."""
     now_ms = int(time.time() * 1000)
@@ -45,9 +52,7 @@ def _commit_elsewhere(root: str, files: list, txns: list[Transaction]) -> None:
 
 def test_a_commit_file_of_ours_reads_back_in_delta_rs_as_files_positions_and_history(
         tmp_path: Path) -> None:
-    root = str(tmp_path / "log")
-    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
-    follower = LogFollower(root, LOCAL)
+    root, follower = _new_log(tmp_path)
     files = [_file(root, 0, 0, range(0, 3)), _file(root, 1, 0, range(0, 2))]
     version = _append(follower, files, [INGEST.moved_to(2, 0, now_ms=5),
                                         INGEST.moved_to(1, 1, now_ms=5)])
@@ -66,9 +71,7 @@ def test_a_commit_file_of_ours_reads_back_in_delta_rs_as_files_positions_and_his
 
 def test_a_commit_that_loses_the_race_is_checked_again_on_the_winner_and_then_lands(
         tmp_path: Path) -> None:
-    root = str(tmp_path / "log")
-    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
-    follower = LogFollower(root, LOCAL)
+    root, follower = _new_log(tmp_path)
     follower.view()
     seen: list[int | None] = []
 
@@ -136,9 +139,7 @@ def test_a_table_with_features_we_do_not_write_is_committed_by_delta_rs(tmp_path
 
 def test_removes_and_rewrites_land_once_and_a_second_remove_of_a_file_conflicts(
         tmp_path: Path) -> None:
-    root = str(tmp_path / "log")
-    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
-    follower = LogFollower(root, LOCAL)
+    root, follower = _new_log(tmp_path)
     small = [_file(root, 0, 0, range(0, 2)), _file(root, 0, 0, range(2, 4))]
     _append(follower, small, [INGEST.moved_to(3, 0)])
     view = follower.view()
