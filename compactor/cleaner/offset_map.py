@@ -11,6 +11,14 @@ accepts the same risk). Both are then passed through a two-round Feistel permuta
 128 bits, which loses nothing (equal outputs mean equal inputs) and spreads every digest
 evenly, so that the map can be kept sorted by the first 64-bit word: integer sorts and
 searches instead of byte-string ones.
+
+Given the dirty range's first offset, the map also keeps one bit per offset from there,
+set when the record at that offset is superseded by a later one of its key (the offset the
+map held before, or an earlier record of the same batch). Rewriting the dirty range then
+asks the bits instead of digesting each key again and searching the map: the cleaner's
+first pass over a log, where all of it is dirty, does half the hashing and searching. The
+bits cover at most ``buffer_bytes`` offsets (``buffer_bytes / 8`` bytes, an eighth more than
+the map); records past them, and records below the dirty range, are looked up by key.
 """
 
 from __future__ import annotations
@@ -83,8 +91,14 @@ _ZEROS = pa.scalar(bytes(SHORT_KEY_BYTES), pa.binary())
 class OffsetMap:
     """A bounded map from key digest to the largest offset seen for it."""
 
-    def __init__(self, buffer_bytes: int, load_factor: float = 0.9) -> None:
+    def __init__(self, buffer_bytes: int, load_factor: float = 0.9,
+                 first_offset: int | None = None) -> None:
         self.capacity = max(1, int(buffer_bytes // BYTES_PER_ENTRY * load_factor))
+        # superseded offsets as bits from first_offset (see the module's docstring)
+        self._first_offset = first_offset
+        self._base = first_offset if first_offset is not None else 0
+        self._tracked = max(0, int(buffer_bytes)) if first_offset is not None else 0
+        self._bits: npt.NDArray[np.uint8] = np.zeros(0, dtype=np.uint8)
         # sorted by (first word, second word); kept as two contiguous arrays for searchsorted
         self._first: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
         self._second: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)
@@ -106,6 +120,10 @@ class OffsetMap:
         """
         if len(keys) == 0:
             return 0
+        if self._first_offset is not None and offsets[0] < self._first_offset:
+            raise ValueError(f"offset {int(offsets[0])} is below the map's first offset "
+                             f"{self._first_offset}: the map holds the dirty range, which "
+                             "starts there")
         unique, first, last = _distinct(keys)
         pos, found = self._locate(unique)
         new_first = np.sort(first[~found])
@@ -118,6 +136,11 @@ class OffsetMap:
             unique, first, last = _distinct(keys)
             pos, found = self._locate(unique)
         latest = offsets[last]
+        if self._tracked:
+            earlier = np.ones(len(keys), dtype=bool)
+            earlier[last] = False
+            self._mark(self._offsets[pos[found]])
+            self._mark(offsets[earlier])
         self._offsets[pos[found]] = latest[found]
         fresh = ~found
         self._first = np.insert(self._first, pos[fresh], unique[fresh, 0])
@@ -125,6 +148,44 @@ class OffsetMap:
         self._offsets = np.insert(self._offsets, pos[fresh], latest[fresh])
         self.latest_offset = int(offsets[-1])
         return taken
+
+    def _mark(self, superseded: Offsets) -> None:
+        index = superseded - self._base
+        index = index[index < self._tracked]
+        if len(index) == 0:
+            return
+        need = int(index.max()) // 8 + 1
+        if need > len(self._bits):
+            grown = np.zeros(min(max(need, 2 * len(self._bits)), (self._tracked + 7) // 8),
+                             dtype=np.uint8)
+            grown[:len(self._bits)] = self._bits
+            self._bits = grown
+        np.bitwise_or.at(self._bits, index >> 3,
+                         np.left_shift(1, index & 7).astype(np.uint8))
+
+    def superseded(self, offsets: Offsets, keys: pa.Array | pa.ChunkedArray) -> npt.NDArray[
+            np.bool_]:
+        """Whether the map holds a later offset for each record's key (the cleaner drops
+        those). Bits answer for the dirty range they cover; other records are looked up."""
+        out = np.zeros(len(offsets), dtype=bool)
+        if len(self) == 0 or len(offsets) == 0:
+            return out
+        if self._tracked:
+            index = offsets - self._base
+            bitwise = (index >= 0) & (index < len(self._bits) * 8)
+            at = index[bitwise]
+            out[bitwise] = (self._bits[at >> 3] >> (at & 7)) & 1 == 1
+            # offsets past the bits set so far (and within those tracked) were never superseded
+            rest = np.flatnonzero((index < 0) | (index >= self._tracked))
+        else:
+            rest = np.arange(len(offsets))
+        if len(rest) == len(offsets):
+            mapped = self.lookup(digests(keys))
+            return mapped > offsets
+        if len(rest):
+            mapped = self.lookup(digests(_as_binary(keys).take(pa.array(rest))))
+            out[rest] = mapped > offsets[rest]
+        return out
 
     def _locate(self, keys: Digests) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
         """(insertion position, present) of each key in the sorted map."""
@@ -169,9 +230,11 @@ class OffsetMap:
 
 def _distinct(keys: Digests) -> tuple[Digests, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """The distinct keys in map order, with the index of each one's first and last record."""
-    # Stable: equal keys keep record order. One 64-bit sort word is enough unless two
-    # different keys share it (about 2**-64 a pair): then both words are sorted on.
-    order = np.argsort(keys[:, 0], kind="stable")
+    # One 64-bit sort word is enough unless two different keys share it (about 2**-64 a
+    # pair): then both words are sorted on. The sort need not be stable (2.5x faster than a
+    # stable one on 64k words): each key's first and last record are the least and greatest
+    # index in its run.
+    order = np.argsort(keys[:, 0])
     ordered = keys[order]
     same_first = ordered[1:, 0] == ordered[:-1, 0]
     if (same_first & (ordered[1:, 1] != ordered[:-1, 1])).any():
@@ -179,6 +242,6 @@ def _distinct(keys: Digests) -> tuple[Digests, npt.NDArray[np.intp], npt.NDArray
         ordered = keys[order]
     starts = np.ones(len(keys), dtype=bool)
     starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-    ends = np.ones(len(keys), dtype=bool)
-    ends[:-1] = starts[1:]
-    return ordered[starts], order[starts], order[ends]
+    runs = np.flatnonzero(starts)
+    return (ordered[runs], np.minimum.reduceat(order, runs),
+            np.maximum.reduceat(order, runs))

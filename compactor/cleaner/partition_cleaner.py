@@ -133,7 +133,7 @@ def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
     stats.bytes_read += f.size_bytes
     throttle.add(f.size_bytes)
     yield from file_batches(plan.log_path, f, columns, plan.storage,
-                            f"{plan.topic}-{plan.partition}")
+                            f"{plan.topic}-{plan.partition}", use_threads=False)
 
 
 def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: CleanStats,
@@ -144,10 +144,12 @@ def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: Cle
         for f in seg.files:
             if f.last_offset < lo or f.first_offset >= hi:
                 continue
+            inside = f.first_offset >= lo and f.last_offset < hi
             for batch in _batches(plan, f, _MAP_COLUMNS, stats, throttle):
-                offsets = batch.column("offset")
-                in_range = pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))
-                batch = batch.filter(in_range)
+                if not inside:
+                    offsets = batch.column("offset")
+                    batch = batch.filter(pc.and_(pc.greater_equal(offsets, lo),
+                                                 pc.less(offsets, hi)))
                 if batch.num_rows == 0:
                     continue
                 keys = digests(batch.column("key"))
@@ -162,10 +164,7 @@ def _masks(batch: pa.RecordBatch, omap: OffsetMap, end: int, now_ms: int,
            table_upto: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(keep, stamp) for each record of a batch."""
     offsets = batch.column("offset").to_numpy()
-    mapped = omap.lookup(digests(batch.column("key"))) if len(omap) else None
-    keep = np.ones(batch.num_rows, dtype=bool)
-    if mapped is not None:
-        keep &= (mapped < 0) | (offsets >= mapped)
+    keep = ~omap.superseded(offsets, batch.column("key"))
     tombstone = pc.is_null(batch.column("value")).to_numpy(zero_copy_only=False)
     horizon = batch.column("deleteHorizonMs")
     stamped = pc.is_valid(horizon).to_numpy(zero_copy_only=False)
@@ -265,8 +264,7 @@ def _supersedes(plan: CleanPlan, f: DataFile, omap: OffsetMap, throttle: Throttl
     if batch is None:
         return False
     throttle.add(batch.nbytes)  # what it decoded, the I/O rate's share of the look
-    mapped = omap.lookup(digests(batch.column("key")))
-    return bool((batch.column("offset").to_numpy() < mapped).any())
+    return bool(omap.superseded(batch.column("offset").to_numpy(), batch.column("key")).any())
 
 
 def _write_kept(builder: DataFileBuilder, batch: pa.RecordBatch, keep: np.ndarray,
@@ -317,7 +315,7 @@ def clean_partition(plan: CleanPlan) -> CleanResult:
         removed = [f for s in plan.segments if s.base_offset in expired for f in s.files]
         stats.segments_deleted = len(expired)
         live = [s for s in plan.segments if s.base_offset not in expired]
-        omap = OffsetMap(plan.buffer_bytes, plan.load_factor)
+        omap = OffsetMap(plan.buffer_bytes, plan.load_factor, plan.range.first_dirty_offset)
         stats.map_capacity = omap.capacity
         end = plan.range.first_dirty_offset
         if plan.compact and plan.range.first_dirty_offset < plan.range.first_uncleanable_offset:
@@ -343,5 +341,5 @@ def clean_partition(plan: CleanPlan) -> CleanResult:
                            stats=stats, error=detail)
     finally:
         # Hand the allocator's free pages back: a task's memory is its pass, not the most any
-        # earlier pass of the process once used (mimalloc keeps what it freed otherwise).
+        # earlier pass of the process once used (the allocator keeps what it freed otherwise).
         pa.default_memory_pool().release_unused()

@@ -71,3 +71,60 @@ def test_the_map_agrees_with_a_dict_over_random_batches() -> None:
         offset += len(batch)
     assert m.lookup(digests(pool)).tolist() == [expected.get(k, -1) for k in pool]
     assert len(m) == len(expected)
+
+
+def _random_log(seed: int, first: int, batches: int) -> tuple[list[bytes], np.ndarray]:
+    """Keys and increasing offsets with gaps (a compacted log's offsets are not dense)."""
+    rng = random.Random(seed)
+    pool = [b"%d" % i for i in range(50)] + [b"long-key-" * 3 + b"%d" % i for i in range(50)]
+    keys = [rng.choice(pool) for _ in range(batches * 40)]
+    offsets = first + np.cumsum([rng.choice((1, 1, 1, 3)) for _ in keys]).astype(np.int64)
+    return keys, offsets
+
+
+def _superseded_by_dict(keys: list[bytes], offsets: np.ndarray,
+                        query_keys: list[bytes], query_offsets: np.ndarray) -> list[bool]:
+    last = dict(zip(keys, offsets.tolist(), strict=True))
+    return [last.get(k, -1) > o for k, o in zip(query_keys, query_offsets.tolist(), strict=True)]
+
+
+def test_superseded_records_of_the_dirty_range_come_from_the_bits() -> None:
+    keys, offsets = _random_log(5, 1000, 10)
+    m = OffsetMap(BYTES_PER_ENTRY * 1000, load_factor=1.0, first_offset=1000)
+    for i in range(0, len(keys), 40):
+        assert m.put_batch(digests(keys[i:i + 40]), offsets[i:i + 40]) == 40
+    # records before the dirty range (cleaned segments) and after it are looked up
+    below = [b"1", b"2", b"nope"]
+    after = [b"1", b"nope"]
+    query = below + keys + after
+    at = np.concatenate([[10, 20, 30], offsets, [offsets[-1] + 5] * 2]).astype(np.int64)
+    got = m.superseded(at, pa.array(query, pa.binary()))
+    assert got.tolist() == _superseded_by_dict(keys, offsets, query, at)
+    assert got[3:3 + len(keys)].sum() == len(keys) - len(set(keys))  # one survivor per key
+    # one bit per offset of the range, grown by doubling
+    assert m._bits.nbytes <= 2 * ((offsets[-1] - 1000) // 8 + 1)
+
+
+def test_offsets_past_the_bits_budget_are_looked_up() -> None:
+    keys, offsets = _random_log(6, 0, 10)
+    buffer = BYTES_PER_ENTRY * 200  # bits for the first 4,800 offsets of ~500 records' range
+    tracked = OffsetMap(buffer, 1.0, first_offset=0)
+    tracked._tracked = 64  # a small budget: most of the range is answered by lookups
+    plain = OffsetMap(buffer, 1.0)
+    for m in (tracked, plain):
+        m.put_batch(digests(keys), offsets)
+    expected = _superseded_by_dict(keys, offsets, keys, offsets)
+    assert tracked.superseded(offsets, pa.array(keys)).tolist() == expected
+    assert plain.superseded(offsets, pa.array(keys)).tolist() == expected
+    assert tracked._bits.nbytes == 8
+
+
+def test_a_record_below_the_first_offset_is_refused() -> None:
+    m = OffsetMap(BYTES_PER_ENTRY * 10, 1.0, first_offset=100)
+    m.put_batch(digests([b"a"]), np.array([100], dtype=np.int64))
+    try:
+        m.put_batch(digests([b"a"]), np.array([50], dtype=np.int64))
+    except ValueError as exc:
+        assert "below the map's first offset 100" in str(exc)
+    else:
+        raise AssertionError("an offset below the dirty range was taken")
