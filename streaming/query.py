@@ -148,7 +148,9 @@ class Mirror:
             stats = commit_ranges(self.config, results, self.generations)
             committed = time.monotonic()
             for topic in sorted(stats):
-                erased = self.readers.catch_up(topic).erased
+                carried = {r.partition: r.tombstones for r in results
+                           if r.topic == topic and r.tombstones is not None}
+                erased = self.readers.catch_up(topic, carried).erased
                 if erased:
                     for hook in self.table_hooks:
                         hook(topic)

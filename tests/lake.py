@@ -8,7 +8,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
-from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
+from compactor.ingest.writer import RangeResult, append_batches, commit_ranges, plan_ranges
 from compactor.lake.layout import KAFKA_SCHEMA, topic_paths
 
 
@@ -20,8 +20,9 @@ def offline_config(lake: str, topic: str, **topic_config: Any) -> CompactorConfi
 
 def append(config: CompactorConfig, topic: str, partition: int,
            records: list[tuple[int, bytes | None, bytes | None, int]], now_ms: int,
-           commit: bool = True) -> None:
-    """Append (offset, key, value, timestamp_ms) records as one micro-batch would."""
+           commit: bool = True) -> list[RangeResult]:
+    """Append (offset, key, value, timestamp_ms) records as one micro-batch would; returns
+    what its write tasks returned."""
     start, end = records[0][0], records[-1][0] + 1
     plans = plan_ranges(config, [(topic, partition, start, end)], now_ms)
     batch = pa.RecordBatch.from_pylist([
@@ -32,6 +33,7 @@ def append(config: CompactorConfig, topic: str, partition: int,
     results = [append_batches(plan, [batch]) for plan in plans]
     if commit:
         commit_ranges(config, results)
+    return results
 
 
 def log_rows(config: CompactorConfig, topic: str) -> list[tuple[Any, ...]]:

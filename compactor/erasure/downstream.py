@@ -33,7 +33,7 @@ from compactor.exceptions import ConfigError, LakeError
 from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
-from compactor.lake.offset_ranges import read_tombstones
+from compactor.lake.offset_ranges import WrittenTombstones, read_tombstones
 from compactor.lake.segments import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -106,10 +106,13 @@ class DownstreamEraser:
     # (table name, partition) -> why its tombstones could not be read at the last catch-up
     failed: dict[tuple[str, int], str] = field(default_factory=dict)
 
-    def catch_up(self, topic: str, view: LogView | None = None) -> dict[str, dict[int, int]]:
+    def catch_up(self, topic: str, view: LogView | None = None,
+                 written: Mapping[int, WrittenTombstones] | None = None,
+                 ) -> dict[str, dict[int, int]]:
         """Apply pending tombstones of ``topic``; returns, per downstream table that committed,
         the last log offset it finished for each partition. ``view``: the version of the log
-        to read, when the caller has one."""
+        to read, when the caller has one; ``written``: see
+        :meth:`~compactor.erasure.tombstones.TombstoneReaders.catch_up`."""
         targets = [d for d in self.config.downstream if d.topic == topic]
         if targets and view is None:
             view = log_view(topic_paths(self.config.lake_path, topic).log, self.config.storage)
@@ -117,7 +120,7 @@ class DownstreamEraser:
             return {}
         finished: dict[str, dict[int, int]] = {}
         for d in targets:
-            upto = self._apply(d, view.uri, view.partitions)
+            upto = self._apply(d, view.uri, view.partitions, written or {})
             if upto:
                 finished[d.name] = upto
         return finished
@@ -127,8 +130,8 @@ class DownstreamEraser:
         tombstones of (as far as this process knows: its last :meth:`catch_up`)."""
         return {p: o for (n, p), o in self._scanned.items() if n == name}
 
-    def _apply(self, d: DownstreamTable, log_uri: str,
-               logs: Mapping[int, PartitionLog]) -> dict[int, int]:
+    def _apply(self, d: DownstreamTable, log_uri: str, logs: Mapping[int, PartitionLog],
+               written: Mapping[int, WrittenTombstones]) -> dict[int, int]:
         table = open_table(d.path, self.config.storage)
         if table is None:
             raise LakeError(f"downstream table {d.name} at {d.path} is gone; erasures of "
@@ -148,7 +151,7 @@ class DownstreamEraser:
         for partition, (lo, hi) in list(ranges.items()):
             try:
                 rows = read_tombstones(log_uri, logs[partition], lo, hi, ["key"],
-                                       self.config.storage)
+                                       self.config.storage, written.get(partition))
             except LakeError as exc:  # this partition waits; the others go on
                 self.failed[(d.name, partition)] = str(exc)
                 del ranges[partition]

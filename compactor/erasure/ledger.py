@@ -40,7 +40,7 @@ from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
-from compactor.lake.offset_ranges import read_tombstones
+from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +158,11 @@ class ErasureLedger:
             return 0
         return int(metrics.get("numFilesRemoved", 0))
 
-    def record_tombstones(self, topic: str, view: LogView | None = None) -> int:
+    def record_tombstones(self, topic: str, view: LogView | None = None,
+                          written: Mapping[int, WrittenTombstones] | None = None) -> int:
         """Append the tombstones the log committed since the last scan; returns how many.
-        ``view``: the version of the log to read, when the caller has one."""
+        ``view``: the version of the log to read, when the caller has one; ``written``: see
+        :meth:`TombstoneReaders.catch_up`."""
         if view is None:
             view = log_view(topic_paths(self._config.lake_path, topic).log,
                            self._config.storage)
@@ -184,8 +186,8 @@ class ErasureLedger:
             if hi is None or hi <= lo:
                 continue
             try:
-                rows = read_tombstones(view.uri, plog, lo, hi, ["key", "offset", "timestamp"],
-                                       self._config.storage)
+                rows = read_tombstones(view.uri, plog, lo, hi, TOMBSTONE_COLUMNS,
+                                       self._config.storage, (written or {}).get(partition))
             except LakeError as exc:  # this partition waits; the others go on
                 self.failed[(topic, partition)] = str(exc)
                 continue

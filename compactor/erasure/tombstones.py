@@ -26,6 +26,7 @@ that fails as a whole (its table is gone) stops cleaning of the topic this pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from compactor.config import CompactorConfig
@@ -33,6 +34,7 @@ from compactor.erasure.downstream import DownstreamEraser
 from compactor.erasure.ledger import ErasureLedger
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_state import log_view
+from compactor.lake.offset_ranges import WrittenTombstones
 
 
 @dataclass(frozen=True)
@@ -56,14 +58,17 @@ class TombstoneReaders:
         self.ledger = ErasureLedger(self.config)
         self.eraser = DownstreamEraser(self.config)
 
-    def catch_up(self, topic: str) -> Carried:
-        """Steps 1-2; the caller holds the commit lock."""
+    def catch_up(self, topic: str,
+                 written: Mapping[int, WrittenTombstones] | None = None) -> Carried:
+        """Steps 1-2; the caller holds the commit lock. ``written``: per partition, the
+        tombstones the micro-batch just committed wrote (its write tasks kept them), which a
+        reader positioned at the batch's start takes instead of reading the files."""
         view = log_view(topic_paths(self.config.lake_path, topic).log,
                        self.config.storage)  # one version for every reader
         if view is None:
             return Carried({}, {}, {})
-        erased = self.eraser.catch_up(topic, view)
-        self.ledger.record_tombstones(topic, view)
+        erased = self.eraser.catch_up(topic, view, written)
+        self.ledger.record_tombstones(topic, view, written)
         for name, upto in erased.items():
             self.ledger.record_done(topic, f"downstream:{name}", upto)
         read_upto = self.ledger.read_upto(topic)

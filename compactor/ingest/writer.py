@@ -50,6 +50,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_state import follow, log_view
+from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage
@@ -86,6 +87,9 @@ class RangeResult:
     partition: int
     last_offset: int  # the range's last offset: everything up to it is handled
     files: tuple[WrittenFile, ...] = field(default=())
+    # The tombstones the log files hold, for the readers after the commit (they need not
+    # decode the values again); None where the task kept none (another writer's task).
+    tombstones: WrittenTombstones | None = None
 
 
 class _SegmentBuffer:
@@ -122,6 +126,7 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
     files: list[WrittenFile] = []
     rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
     checker = RecordChecker(plan.formats, plan.topic) if plan.formats.typed else None
+    tombstones: list[pa.RecordBatch] = []
 
     for batch in batches:
         batch = batch.filter(pc.greater(batch.column("offset"), committed))
@@ -142,6 +147,9 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
                 batch.filter(pc.greater(batch.column("offset"), rejected_floor)), plan.now_ms)
             if bad_rows is not None:
                 rejected.append(bad_rows)
+        erased = pc.and_(pc.is_null(batch.column("value")), pc.is_valid(batch.column("key")))
+        if pc.any(erased).as_py():
+            tombstones.append(batch.filter(erased).select(TOMBSTONE_COLUMNS))
         sizes = record_sizes(batch)
         micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
         segments = roller.assign_batch(
@@ -160,7 +168,10 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
         files.append(_log_file(plan, segment, buf))
     if rejected:
         files.append(_rejected_file(plan, rejected))
-    return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files))
+    rows = (pa.Table.from_batches(tombstones) if tombstones
+            else LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS))
+    return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files),
+                       WrittenTombstones(committed, plan.end - 1, rows))
 
 
 def plan_ranges(

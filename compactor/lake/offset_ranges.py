@@ -10,6 +10,7 @@ they keep, never a partition's values: their memory is a batch plus the tombston
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +22,23 @@ from compactor.lake.segments import DataFile, PartitionLog
 from compactor.lake.storage import Storage
 
 BATCH_ROWS = 64 * 1024
+# The columns a write task keeps of the tombstones it writes (WrittenTombstones.rows).
+TOMBSTONE_COLUMNS = ["key", "offset", "timestamp"]
+
+
+@dataclass(frozen=True)
+class WrittenTombstones:
+    """The tombstones one write task put in the log: every record with ``after < offset <=
+    upto`` that the log holds came from that task (``after`` was the partition's last
+    committed offset when it was planned), so a reader positioned at or past ``after`` finds
+    its tombstones up to ``upto`` here instead of decoding the files' values again."""
+
+    after: int
+    upto: int
+    rows: pa.Table  # TOMBSTONE_COLUMNS, in offset order
+
+    def covers(self, lo: int, hi: int) -> bool:
+        return self.after <= lo and hi == self.upto
 
 
 def file_batches(log_uri: str, f: DataFile, columns: list[str] | None, storage: Storage,
@@ -77,11 +95,17 @@ def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
 
 
 def read_tombstones(log_uri: str, plog: PartitionLog, after: int, upto: int,
-                    columns: list[str], storage: Storage) -> pa.Table:
+                    columns: list[str], storage: Storage,
+                    written: WrittenTombstones | None = None) -> pa.Table:
     """The tombstones (null value, non-null key) with ``after < offset <= upto``: ``columns``
-    of each (without ``value``), read batch by batch so that no value is held."""
+    of each (without ``value``), read batch by batch so that no value is held; taken from
+    ``written`` instead when it covers the range (the micro-batch that just wrote it)."""
     read = list(dict.fromkeys([*columns, "key", "offset", "value"]))
     kept = [c for c in read if c != "value"]
+    if written is not None and written.covers(after, upto) and set(kept) <= set(
+            TOMBSTONE_COLUMNS):
+        rows = written.rows
+        return rows.filter(pc.greater(rows.column("offset"), after)).select(kept)
     parts = []
     for batch in iter_offsets(log_uri, plog, after, upto, read, storage):
         mask = pc.and_(pc.is_null(batch.column("value")), pc.is_valid(batch.column("key")))
