@@ -146,7 +146,9 @@ def main() -> None:
     import pandas  # noqa: F401  pyarrow imports it on first use; a Spark worker has it loaded
 
     from compactor.cleaner.maintenance import LogMaintenance
+    from streaming.session import ARROW_POOL, DEFAULTS, use_arrow_pool
 
+    use_arrow_pool(DEFAULTS[ARROW_POOL])  # the allocator a Spark worker of the product has
     config = _config(args.lake, args.buffer)
     steps: dict[str, float] = {}
     if args.steps:

@@ -200,7 +200,7 @@ def write_range(
     try:
         return append_batches(plan, batches)
     finally:
-        # pyarrow's allocator (mimalloc) keeps freed pages; a reused worker would hold the
+        # Arrow's allocator keeps freed pages; a reused worker would hold the
         # high-water mark of every range it ever wrote.
         pa.default_memory_pool().release_unused()
 

@@ -8,12 +8,40 @@ import shutil
 import sys
 from collections.abc import Mapping
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import KafkaDataSource
 
 log = logging.getLogger(__name__)
+
+# Arrow's allocator in the driver and the Python workers. pyarrow's default, mimalloc, kept
+# pages that cleaning passes had freed however often it was asked to release them: one
+# process cleaning a 6.4M-key log pass after pass held 255 -> 319 MB after its passes 2-11,
+# with 0 bytes allocated in Arrow; with jemalloc 208 -> 236 MB (most of it delta-rs's code
+# paged in), as fast as mimalloc for a Parquet rewrite (1.21 s against 1.21 s; the system
+# allocator 1.40 s). Workers read ARROW_DEFAULT_MEMORY_POOL when pyarrow loads; the driver,
+# which has loaded it, is switched by use_arrow_pool.
+ARROW_POOL = "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"
+_POOLS = {"jemalloc": pa.jemalloc_memory_pool, "mimalloc": pa.mimalloc_memory_pool,
+          "system": pa.system_memory_pool}
+
+
+def _available_pools() -> list[str]:
+    names = []
+    for name, pool in _POOLS.items():
+        try:
+            pool()
+        except NotImplementedError:  # a pyarrow built without it (jemalloc: Windows wheels)
+            continue
+        names.append(name)
+    return names
+
+
+def _default_pool() -> str:
+    return "jemalloc" if "jemalloc" in _available_pools() else "system"
+
 
 # Small, predictable defaults for one machine; every key can be overridden with spark.*.
 DEFAULTS = {
@@ -29,6 +57,7 @@ DEFAULTS = {
     "spark.ui.retainedJobs": "100",
     "spark.ui.retainedStages": "100",
     "spark.ui.retainedTasks": "10000",
+    ARROW_POOL: _default_pool(),
 }
 
 
@@ -52,6 +81,7 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
         **(spark_conf or {}),
     }
     os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+    use_arrow_pool(conf[ARROW_POOL])
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -62,3 +92,14 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaDataSource)
     return spark
+
+
+def use_arrow_pool(name: str) -> None:
+    """Allocate this process's Arrow memory from pool ``name`` (see ARROW_POOL)."""
+    try:
+        pa.set_memory_pool(_POOLS[name]())
+    except (KeyError, NotImplementedError) as exc:
+        raise StreamingError(
+            f"{ARROW_POOL}={name!r}: not an Arrow memory pool this pyarrow has; use one of "
+            f"{', '.join(_available_pools())}"
+        ) from exc

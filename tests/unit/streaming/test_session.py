@@ -1,0 +1,27 @@
+"""The session's settings that are refused before Spark starts."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from streaming.exceptions import StreamingError
+from streaming.session import ARROW_POOL, DEFAULTS, build_session, use_arrow_pool
+
+
+def test_an_unknown_arrow_pool_is_refused_by_name_before_spark_starts() -> None:
+    before = pa.default_memory_pool().backend_name
+    with pytest.raises(StreamingError) as err:
+        build_session({ARROW_POOL: "tcmalloc"})
+    assert "ARROW_DEFAULT_MEMORY_POOL='tcmalloc'" in str(err.value)
+    assert "system" in str(err.value)  # what to use instead
+    assert pa.default_memory_pool().backend_name == before
+
+
+def test_the_default_pool_is_one_this_pyarrow_has() -> None:
+    before = pa.default_memory_pool()
+    try:
+        use_arrow_pool(DEFAULTS[ARROW_POOL])
+        assert pa.default_memory_pool().backend_name == DEFAULTS[ARROW_POOL]
+    finally:
+        pa.set_memory_pool(before)
