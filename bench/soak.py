@@ -8,9 +8,11 @@ each, a producer writing ``--rate`` records a second to each (updates of ``--key
 tombstones on the compacted one), and ``compactor run``'s engine with a 1 s trigger, in this
 process. Every ``--sample`` seconds it records each micro-batch's time (Spark's own progress
 reports), the log's data files per partition and per segment, the ``_delta_log`` files of
-each table, the resident memory of the driver, its JVM and Spark's Python workers, the
-consumer lag, and the broker's own answer time for ListOffsets. It prints the first 10% of
-the run against the last 10%, and the micro-batch time by tenth of the run.
+each table, the resident memory of the driver, its JVM, Spark's Python workers and the
+embedded broker (apart: its in-memory store keeps every record produced), the consumer lag,
+and the broker's own answer time for ListOffsets. It prints the first 10% of the run against
+the last 10%, the micro-batch time and memory by tenth of the run, and memory's slope over the
+run's second half.
 
 The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
 and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
@@ -88,24 +90,37 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def memory_mb() -> dict[str, float]:
-    """Resident memory of this driver, its JVM, and every Python worker under the JVM (their
-    sum, how many there are, and the largest: more workers and a growing worker differ)."""
-    out = {"driver MB": _rss_kb(os.getpid()) / 1024, "jvm MB": 0.0, "workers MB": 0.0}
-    sizes = []
-    todo = _children(os.getpid())
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], _children(pid)
     while todo:
-        pid = todo.pop()
+        child = todo.pop()
+        found.append(child)
+        todo += _children(child)
+    return found
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident memory of this driver, its JVM, Spark's Python workers (the JVM's descendants:
+    their sum, how many, the largest, so that more workers and a growing worker differ) and
+    the embedded broker, whose in-memory store holds every record produced and so grows by
+    design. The broker is the driver's child, not the JVM's: counting every child of the
+    driver as a worker (as runs before 2026-11-24 did) put the broker's growth in the
+    workers' row."""
+    out = {"driver MB": _rss_kb(os.getpid()) / 1024, "jvm MB": 0.0, "workers MB": 0.0,
+           "broker MB": 0.0}
+    sizes = []
+    for pid in _children(os.getpid()):
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        kind = "jvm MB" if b"java" in cmd.split(b"\0")[0] else "workers MB"
-        rss = _rss_kb(pid) / 1024
-        out[kind] += rss
-        if kind == "workers MB":
-            sizes.append(rss)
-        todo += _children(pid)
+        if b"java" in exe:
+            out["jvm MB"] += _rss_kb(pid) / 1024
+            for worker in _descendants(pid):
+                sizes.append(_rss_kb(worker) / 1024)
+        elif b"tansu" in exe:
+            out["broker MB"] += _rss_kb(pid) / 1024
+    out["workers MB"] = sum(sizes)
     return out | {"worker processes": float(len(sizes)),
                   "largest worker MB": max(sizes, default=0.0)}
 
@@ -273,7 +288,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
                   f"{sample.get(f'{compact} files', 0):5.0f}  driver "
                   f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB  workers "
                   f"{sample['worker processes']:.0f} {sample['workers MB']:5.0f} MB  broker "
-                  f"{sample['broker ListOffsets, ms']:5.1f} ms", flush=True)
+                  f"{sample['broker ListOffsets, ms']:5.1f} ms {sample['broker MB']:5.0f} MB",
+                  flush=True)
         if traced:
             _python_growth(traced[0], tracemalloc.take_snapshot())
         producer.stop.set()
@@ -337,10 +353,21 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
     # The first tenth holds the start (the JVM loading classes, Python workers forking): the
     # means of each later tenth show whether a figure keeps growing or has levelled off.
     logs = [key for key in samples[-1] if key.endswith("_delta_log files")]
-    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB", *logs):
+    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB", "broker MB",
+                *logs):
         means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
                  for j in range(0, n * 10, n) if samples[j:j + n]]
         print(f"  {key} by tenth of the run: " + " ".join(f"{m:.0f}" for m in means))
+    # A service runs for months: what matters is whether memory still rises once started,
+    # so the least-squares slope over the second half of the run, in MB an hour.
+    half = samples[len(samples) // 2:]
+    if len(half) >= 2:
+        hours = [s["t"] / 3600 for s in half]
+        slopes = {key: statistics.linear_regression(hours, [s[key] for s in half]).slope
+                  for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB",
+                              "broker MB")}
+        print("  MB an hour over the second half of the run (least-squares slope): "
+              + ", ".join(f"{key.removesuffix(' MB')} {v:+.0f}" for key, v in slopes.items()))
 
 
 def preload(lake: Path, bootstrap: str, topic: str, files: int) -> None:
