@@ -35,6 +35,9 @@ run's commit lock):
    commit files older than ``delta.logRetentionDuration``, as delta-rs does after its own
    commits: the one step that reads every live file, once per interval, not per batch. It
    failing fails no commit (the next one due retries it; a reader only replays more JSON).
+   Temporary files of step 4 older than an hour are deleted then too: a writer that died
+   between writing and linking one left it behind (delta-rs ignores them; no live writer
+   holds one for more than the seconds a write and a link take).
 """
 
 from __future__ import annotations
@@ -111,6 +114,31 @@ def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], opera
             txn["lastUpdated"] = t.last_updated
         actions.append({"txn": txn})
     return [json.dumps(a, separators=(",", ":")) for a in actions]
+
+
+STALE_TEMPORARY_S = 3600.0
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp") and ".json." in name
+
+
+def remove_stale_temporaries(log_dir: str, now_s: float,
+                             older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
+    """Step 6's sweep: delete the temporary commit files in the local ``log_dir`` last
+    modified more than ``older_than_s`` before ``now_s``; their names."""
+    removed = []
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            if not _is_temporary(entry.name):
+                continue
+            try:
+                if entry.stat().st_mtime < now_s - older_than_s:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+            except FileNotFoundError:  # its writer (or another sweep) removed it meanwhile
+                continue
+    return sorted(removed)
 
 
 def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:

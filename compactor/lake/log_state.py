@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ from deltalake import DeltaTable
 from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
 from compactor.lake.layout import join, open_table
-from compactor.lake.log_commit import Conflict, put_if_absent
+from compactor.lake.log_commit import Conflict, put_if_absent, remove_stale_temporaries
 from compactor.lake.segments import (
     DataFile,
     PartitionLog,
@@ -190,7 +191,8 @@ class LogFollower:
 
     def _checkpoint(self, version: int) -> None:
         """Step 6: delta-rs writes the checkpoint from its snapshot, brought to the latest
-        version, then deletes commit files past the log retention."""
+        version, then deletes commit files past the log retention; then temporary commit
+        files a dead writer left are swept."""
         assert self._base is not None
         try:
             self._base.update_incremental()
@@ -203,6 +205,16 @@ class LogFollower:
             self._advance()
         except _Replaced:
             self._base = None
+        try:
+            stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
+                                             time.time())
+        except OSError as exc:
+            log.warning("could not sweep %s's _delta_log for stale temporary commit files "
+                        "(%s); the next checkpoint retries", self.uri, exc)
+        else:
+            if stale:
+                log.info("%s: removed %d temporary commit file(s) a writer left behind: %s",
+                         self.uri, len(stale), ", ".join(stale))
 
     def _latest(self) -> bool:
         """Steps 1 and 2 of the protocol above (and 4's start-over): load if needed or if the

@@ -7,6 +7,7 @@ writer), no Spark or broker.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -166,3 +167,40 @@ def test_removes_and_rewrites_land_once_and_a_second_remove_of_a_file_conflicts(
                           lambda position: None, LOG_SCHEMA, LOG_PARTITION_COLUMNS, 0,
                           removes=[(live[0], True)])
     assert DeltaTable(root).version() == 2
+
+
+def test_a_checkpoint_sweeps_temporary_commit_files_older_than_an_hour_and_no_others(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    DeltaTable(root).alter.set_table_properties({"delta.checkpointInterval": "5"})
+    log_dir = Path(root) / "_delta_log"
+    # A writer that died between writing and linking (step 4) left these behind: one two
+    # hours ago, one a minute ago (as if still being linked), both for versions to come.
+    stale = log_dir / f".{3:020d}.json.{'a' * 32}.tmp"
+    recent = log_dir / f".{4:020d}.json.{'b' * 32}.tmp"
+    for path, age_s in ((stale, 2 * 3600), (recent, 60)):
+        path.write_text("{}\n")
+        then = time.time() - age_s
+        os.utime(path, (then, then))
+    follower = LogFollower(root, LOCAL)
+    for offset in range(3):  # versions 2..4: no checkpoint yet, nothing swept
+        _append(follower, [_file(root, 0, 0, range(offset, offset + 1))],
+                [INGEST.moved_to(offset, 0)])
+    assert stale.exists() and recent.exists()
+    _append(follower, [_file(root, 0, 0, range(3, 4))], [INGEST.moved_to(3, 0)])  # version 5
+    assert (log_dir / f"{5:020d}.checkpoint.parquet").exists()
+    assert not stale.exists() and recent.exists()
+    table = DeltaTable(root)  # the commits the temporaries' names collide with are intact
+    assert table.version() == 5 and table.to_pyarrow_table().num_rows == 4
+
+
+def test_the_sweep_leaves_commit_files_and_checkpoints_alone(tmp_path: Path) -> None:
+    old = time.time() - 10 * 3600
+    names = [f"{1:020d}.json", f"{1:020d}.checkpoint.parquet", "_last_checkpoint",
+             f".{1:020d}.json.{'c' * 32}.tmp", ".hidden"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (old, old))
+    assert log_commit.remove_stale_temporaries(str(tmp_path), time.time()) == [names[3]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n in names if n != names[3])
