@@ -56,7 +56,12 @@ class OffsetReader:
         return sorted(found)
 
     def offsets(self, tps: list[tuple[str, int]], which: str) -> dict[tuple[str, int], int]:
-        """``which`` = "earliest" (log start offset) or "latest" (end by isolation level)."""
+        """``which`` = "earliest" (log start offset) or "latest" (end by isolation level).
+
+        An answer that carries no offset for a partition (librdkafka's -1001, seen when the
+        broker froze mid-request) counts as a failed attempt like an error does: taken as an
+        offset, it would read as a truncated topic and stop the run for data loss.
+        """
         if not tps:
             return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
@@ -66,13 +71,26 @@ class OffsetReader:
                 futures = self._admin.list_offsets(
                     request, isolation_level=self._isolation, request_timeout=self._timeout
                 )
-                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+                found = {(tp.topic, tp.partition): f.result().offset
+                         for tp, f in futures.items()}
+                problem = missing_offsets(found)
             except KafkaException as exc:
-                if attempt == self._retries:
-                    raise BrokerUnavailableError(
-                        f"cannot list {which} offsets at {self._servers}: {exc.args[0]}"
-                        + (f" (after {attempt + 1} attempts)" if attempt else "")
-                    ) from exc
-                time.sleep(self._retry_interval_s)
+                problem = str(exc.args[0])
+            if not problem:
+                return found
+            if attempt == self._retries:
+                raise BrokerUnavailableError(
+                    f"cannot list {which} offsets at {self._servers}: {problem}"
+                    + (f" (after {attempt + 1} attempts)" if attempt else "")
+                )
+            time.sleep(self._retry_interval_s)
         raise AssertionError("unreachable")
 
+
+def missing_offsets(found: Mapping[tuple[str, int], int]) -> str:
+    """What is wrong with an offsets answer ("" if nothing): partitions given no offset."""
+    bad = sorted((tp, offset) for tp, offset in found.items() if offset < 0)
+    if not bad:
+        return ""
+    named = ", ".join(f"{t}-{p} ({offset})" for (t, p), offset in bad)
+    return f"the answer held no offset for {named}; the broker may be overloaded or frozen"
