@@ -257,7 +257,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         producer.start()
         service = Service(_config(broker.bootstrap_servers, work, [compact, delete], **{
             "log.cleaner.backoff.ms": "5000",
-            f"topic.{delete}.vacuum.grace.ms": str(args.delete_vacuum_grace_ms)}))
+            f"topic.{delete}.vacuum.grace.ms": str(args.delete_vacuum_grace_ms),
+            **dict(args.set)}))
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         samples: list[dict[str, float]] = []
@@ -482,6 +483,13 @@ def fixed_cost(args: argparse.Namespace, work: Path) -> None:
           f"{figures['preloaded'] / figures['empty']:.2f}x")
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -502,6 +510,10 @@ def main() -> None:
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
                         help="trace the driver's Python allocations (this many frames each) and "
                              "print where they grew after the first tenth (slows the driver)")
+    parser.add_argument("--set", type=_setting, action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="a configuration key for the mirror (repeatable), to take one part "
+                             "out of a run: --set log.cleaner.enable=false")
     args = parser.parse_args()
     if args.tracemalloc:
         tracemalloc.start(args.tracemalloc)
