@@ -81,10 +81,15 @@ def _rss_kb(pid: int) -> int:
 
 
 def _children(pid: int) -> list[int]:
+    """``pid``'s child processes; none once it has exited (a Python worker may, any time)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
     found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    for task in tasks:
         try:
-            found += [int(c) for c in (task / "children").read_text().split()]
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
         except OSError:
             continue
     return found
