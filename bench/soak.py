@@ -464,7 +464,7 @@ def fixed_cost(args: argparse.Namespace, work: Path) -> None:
             producer = Producer(broker.bootstrap_servers, [topic], args.rate, args.keys)
             producer.start()
             service = Service(_config(broker.bootstrap_servers, home, [topic], **{
-                "log.cleaner.enable": "false", "segment.ms": "3600000"}))
+                "log.cleaner.enable": "false", "segment.ms": "3600000", **dict(args.set)}))
             thread = threading.Thread(target=service.run, daemon=True)
             thread.start()
             batches: dict[int, float] = {}

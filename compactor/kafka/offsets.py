@@ -67,6 +67,7 @@ class OffsetReader:
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         request = {TopicPartition(t, p): spec for t, p in tps}
         for attempt in range(self._retries + 1):
+            cause: KafkaException | None = None
             try:
                 futures = self._admin.list_offsets(
                     request, isolation_level=self._isolation, request_timeout=self._timeout
@@ -75,14 +76,14 @@ class OffsetReader:
                          for tp, f in futures.items()}
                 problem = missing_offsets(found)
             except KafkaException as exc:
-                problem = str(exc.args[0])
+                problem, cause = str(exc.args[0]), exc
             if not problem:
                 return found
             if attempt == self._retries:
                 raise BrokerUnavailableError(
                     f"cannot list {which} offsets at {self._servers}: {problem}"
                     + (f" (after {attempt + 1} attempts)" if attempt else "")
-                )
+                ) from cause
             time.sleep(self._retry_interval_s)
         raise AssertionError("unreachable")
 
