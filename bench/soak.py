@@ -112,7 +112,10 @@ def memory_mb() -> dict[str, float]:
     driver as a worker (as runs before 2026-11-24 did) put the broker's growth in the
     workers' row."""
     out = {"driver MB": _rss_kb(os.getpid()) / 1024, "jvm MB": 0.0, "workers MB": 0.0,
-           "broker MB": 0.0}
+           "broker MB": 0.0,
+           # delta-rs's tokio blocking pool keeps the threads a burst of reads made: each holds
+           # a stack and an allocator cache, so the count is part of the driver's memory story
+           "driver threads": float(len(os.listdir(f"/proc/{os.getpid()}/task")))}
     sizes = []
     for pid in _children(os.getpid()):
         try:
@@ -292,7 +295,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             print(f"  {sample['t']:6.0f}s  batches {len(batches):5d}  lag {sample['lag']:7.0f}"
                   f"  files {sample.get(f'{delete} files', 0):5.0f}/"
                   f"{sample.get(f'{compact} files', 0):5.0f}  driver "
-                  f"{sample['driver MB']:5.0f} MB  jvm {sample['jvm MB']:5.0f} MB  workers "
+                  f"{sample['driver MB']:5.0f} MB {sample['driver threads']:3.0f} threads  jvm "
+                  f"{sample['jvm MB']:5.0f} MB  workers "
                   f"{sample['worker processes']:.0f} {sample['workers MB']:5.0f} MB  broker "
                   f"{sample['broker ListOffsets, ms']:5.1f} ms {sample['broker MB']:5.0f} MB",
                   flush=True)
@@ -359,8 +363,8 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
     # The first tenth holds the start (the JVM loading classes, Python workers forking): the
     # means of each later tenth show whether a figure keeps growing or has levelled off.
     logs = [key for key in samples[-1] if key.endswith("_delta_log files")]
-    for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB", "broker MB",
-                *logs):
+    for key in ("driver MB", "driver threads", "jvm MB", "workers MB", "largest worker MB",
+                "broker MB", *logs):
         means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
                  for j in range(0, n * 10, n) if samples[j:j + n]]
         print(f"  {key} by tenth of the run: " + " ".join(f"{m:.0f}" for m in means))

@@ -47,8 +47,13 @@ REJECTED_SCHEMA = pa.schema(
 # outlive every erasure of the data files.
 STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs")
 # Log hygiene for tables that take a commit every micro-batch (86,400 a day at a 1 s
-# trigger): a checkpoint every 100 commits (delta-rs writes it after the commit), and commit
-# files older than the log retention deleted when a checkpoint is written. Our transaction
+# trigger): a checkpoint every CHECKPOINT_INTERVAL commits (delta-rs writes it after the
+# commit), and commit files older than the log retention deleted when a checkpoint is written.
+# Ten, not delta-rs's 100: delta-rs reads every commit since the last checkpoint at once, each
+# read a task of its tokio runtime's blocking pool, and the pool keeps every thread such a
+# burst made for as long as any work reaches it within 10 s, which in a running mirror is
+# forever. An append to a table 99 commits past its checkpoint left 106 threads in the
+# process, 24 at ten, and took 23.6 ms against 12.4 ms (see README, "The long run"). Our transaction
 # logs hold no key or value bytes (statistics and predicates above), so the retention is about
 # size, not erasure. It is the vacuum grace, at least LOG_RETENTION_FLOOR_MS (set by each
 # vacuum, :func:`compactor.cleaner.vacuum.ensure_properties`; one hour, the longest default
@@ -58,8 +63,9 @@ STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs
 # 3,000 files). The floor leaves a reader that is part-way through loading a snapshot the
 # commit files it listed.
 LOG_RETENTION_FLOOR_MS = 600_000
+CHECKPOINT_INTERVAL = 10
 LOG_HYGIENE = {
-    "delta.checkpointInterval": "100",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
     "delta.logRetentionDuration": "interval 1 hours",
     "delta.enableExpiredLogCleanup": "true",
 }

@@ -86,14 +86,15 @@ def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
     path = str(tmp_path / "log")
     table = ensure_table(path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
     props = table.metadata().configuration
-    assert props["delta.checkpointInterval"] == "100"
+    assert props["delta.checkpointInterval"] == "10"
     assert props["delta.logRetentionDuration"] == "interval 1 hours"  # until its first vacuum
     assert props["delta.enableExpiredLogCleanup"] == "true"
-    for _ in range(100):
+    for _ in range(20):
         table.create_write_transaction([], "append", LOG_SCHEMA,
                                        partition_by=LOG_PARTITION_COLUMNS)
-    assert [p.name for p in (tmp_path / "log" / "_delta_log").glob("*.checkpoint.parquet")] == [
-        "00000000000000000099.checkpoint.parquet"]  # delta-rs counts versions from 0
+    assert sorted(p.name for p in (tmp_path / "log" / "_delta_log").glob(
+        "*.checkpoint.parquet")) == [f"{v:020d}.checkpoint.parquet" for v in (9, 19)]
+    # (delta-rs counts versions from 0: the 10th and 20th commits)
 
     # A table made before these settings gets them at its next vacuum (one made with a day's
     # log retention too); the log retention follows the grace, never under ten minutes.
@@ -104,7 +105,7 @@ def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
     props = DeltaTable(str(old)).metadata().configuration
     assert props["delta.logRetentionDuration"] == "interval 172800 seconds"
     assert props[RETENTION_PROPERTY] == "interval 172800 seconds"
-    assert props["delta.checkpointInterval"] == "100"
+    assert props["delta.checkpointInterval"] == "10"
     ensure_properties(DeltaTable(str(old)), 30_000)
     props = DeltaTable(str(old)).metadata().configuration
     assert props["delta.logRetentionDuration"] == "interval 600 seconds"
