@@ -59,8 +59,9 @@ from compactor.lake.layout import (  # noqa: E402
     ensure_table,
     topic_paths,
 )
+from compactor.lake.log_state import log_view  # noqa: E402
+from compactor.lake.storage import LOCAL  # noqa: E402
 from compactor.ops.broker import EmbeddedBroker  # noqa: E402
-from compactor.ops.status import collect_status  # noqa: E402
 from compactor.ops.workload import Record, partition_for, produce  # noqa: E402
 from streaming.service import Service  # noqa: E402
 
@@ -133,26 +134,31 @@ def memory_mb() -> dict[str, float]:
                   "largest worker MB": max(sizes, default=0.0)}
 
 
-def lake_files(lake: Path, topic: str) -> dict[str, float]:
-    from deltalake import DeltaTable
-
+def lake_files(lake: Path, topic: str,
+               ends: dict[tuple[str, int], int]) -> dict[str, float]:
+    """The log's files and lag, read through the follower the mirror itself keeps (no table
+    opened, no ledger read: the sampler must not add delta-rs work to the process it
+    measures; runs before 2026-11-25 opened the log and read the whole erasure ledger, through
+    ``collect_status``, every sample), and the ``_delta_log`` files of the log and table."""
     paths = topic_paths(str(lake), topic)
-    figures: dict[str, float] = {}
-    try:
-        actions = DeltaTable(paths.log).get_add_actions(flatten=True)
-        parts = actions.column("partition.partition").to_pylist()
-        segs = list(zip(parts, actions.column("partition.segment").to_pylist(), strict=True))
-        figures["files"] = len(parts)
-        figures["files/partition"] = len(parts) / max(1, len(set(parts)))
-        per_segment = {s: segs.count(s) for s in set(segs)}
+    figures: dict[str, float] = {"files": 0, "lag": 0}
+    view = log_view(paths.log, LOCAL)
+    if view is not None:
+        per_segment = {(p, seg.base_offset): len(seg.files)
+                       for p, plog in view.partitions.items() for seg in plog.segments}
+        files = sum(per_segment.values())
+        figures["files"] = files
+        figures["files/partition"] = files / max(1, len(view.partitions))
         figures["most files/segment"] = max(per_segment.values(), default=0)
         # Closed: every segment but each partition's newest (the active one collects files
         # until it rolls; consolidation then makes it one).
         newest = {p: max(b for q, b in per_segment if q == p) for p, _ in per_segment}
         figures["most files/closed segment"] = max(
             (n for (p, b), n in per_segment.items() if b != newest[p]), default=0)
-    except Exception:  # not created yet
-        figures["files"] = 0
+        figures["lag"] = float(sum(
+            max(0, end - (0 if plog.committed_offset is None else plog.committed_offset + 1))
+            for (t, p), end in ends.items() if t == topic
+            for plog in [view.partitions.get(p)] if plog is not None))
     for name in ("log", "table"):
         log_dir = Path(getattr(paths, name)) / "_delta_log"
         figures[f"{name} _delta_log files"] = (
@@ -284,13 +290,14 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             if args.tracemalloc and not traced and time.monotonic() > tenth:
                 traced.append(tracemalloc.take_snapshot())
             _batch_times(batches, parts)
-            topics, _ = collect_status(service.config)
+            ends = offsets.offsets(tps, "latest")
             sample = {"t": time.monotonic() - started,
-                      "lag": float(sum(p.lag or 0 for t in topics for p in t.partitions)),
                       "broker ListOffsets, ms": _list_offsets_ms(offsets, tps),
                       **memory_mb()}
             for topic in (compact, delete):
-                sample |= {f"{topic} {k}": v for k, v in lake_files(work / "lake", topic).items()}
+                sample |= {f"{topic} {k}": v
+                           for k, v in lake_files(work / "lake", topic, ends).items()}
+            sample["lag"] = sample[f"{compact} lag"] + sample[f"{delete} lag"]
             samples.append(sample)
             print(f"  {sample['t']:6.0f}s  batches {len(batches):5d}  lag {sample['lag']:7.0f}"
                   f"  files {sample.get(f'{delete} files', 0):5.0f}/"
