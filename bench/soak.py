@@ -141,24 +141,26 @@ def lake_files(lake: Path, topic: str,
     measures; runs before 2026-11-25 opened the log and read the whole erasure ledger, through
     ``collect_status``, every sample), and the ``_delta_log`` files of the log and table."""
     paths = topic_paths(str(lake), topic)
-    figures: dict[str, float] = {"files": 0, "lag": 0}
-    view = log_view(paths.log, LOCAL)
+    figures: dict[str, float] = {"files": 0}
+    topic_ends = {p: end for (t, p), end in ends.items() if t == topic}
+    # Named partitions get an entry even before their first file: their lag is their end.
+    view = log_view(paths.log, LOCAL, topic_ends)
+    figures["lag"] = float(sum(topic_ends.values()))
     if view is not None:
         per_segment = {(p, seg.base_offset): len(seg.files)
                        for p, plog in view.partitions.items() for seg in plog.segments}
         files = sum(per_segment.values())
         figures["files"] = files
-        figures["files/partition"] = files / max(1, len(view.partitions))
+        figures["files/partition"] = files / max(1, len({p for p, _ in per_segment}))
         figures["most files/segment"] = max(per_segment.values(), default=0)
         # Closed: every segment but each partition's newest (the active one collects files
         # until it rolls; consolidation then makes it one).
         newest = {p: max(b for q, b in per_segment if q == p) for p, _ in per_segment}
         figures["most files/closed segment"] = max(
             (n for (p, b), n in per_segment.items() if b != newest[p]), default=0)
-        figures["lag"] = float(sum(
-            max(0, end - (0 if plog.committed_offset is None else plog.committed_offset + 1))
-            for (t, p), end in ends.items() if t == topic
-            for plog in [view.partitions.get(p)] if plog is not None))
+        mirrored = {p: 0 if plog.committed_offset is None else plog.committed_offset + 1
+                    for p, plog in view.partitions.items()}
+        figures["lag"] = float(sum(max(0, end - mirrored[p]) for p, end in topic_ends.items()))
     for name in ("log", "table"):
         log_dir = Path(getattr(paths, name)) / "_delta_log"
         figures[f"{name} _delta_log files"] = (
