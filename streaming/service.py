@@ -137,7 +137,7 @@ class Service:
         if self.config.metrics_port:
             from compactor.ops.metrics import Metrics
 
-            metrics = Metrics(self.config, self.config.metrics_port)
+            metrics = Metrics(self.config, self.config.metrics_port, mirror.ledger)
             mirror.listeners.append(metrics.on_batch)
             log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
                      self.config.metrics_port)

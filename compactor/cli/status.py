@@ -30,6 +30,7 @@ def command(args: argparse.Namespace) -> int:
     import time
 
     from compactor.config import load_config, with_topic_configs
+    from compactor.erasure.ledger import ErasureLedger
     from compactor.ops.status import collect_status, status_json, status_table
 
     config = load_config(args.config, overrides(args))
@@ -43,11 +44,13 @@ def command(args: argparse.Namespace) -> int:
         log.warning("broker unreachable, using the file's topic configs: %s", exc)
         config = with_topic_configs(config, {})
         unreachable = str(exc)
+    ledger = ErasureLedger(config)  # kept: --watch reads only the ledger's new commits
     while True:
         now = int(time.time() * 1000)
         # A broker that just failed to answer is not asked again for offsets (another timeout
         # to wait out); --watch asks again at each refresh, as it may be back.
-        topics, broker_error = collect_status(config, now, ask_broker=unreachable is None)
+        topics, broker_error = collect_status(config, now, ask_broker=unreachable is None,
+                                              ledger=ledger)
         if unreachable is not None:
             broker_error, unreachable = unreachable, None
         if args.json:

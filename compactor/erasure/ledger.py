@@ -36,6 +36,7 @@ from deltalake.exceptions import CommitFailedError
 
 from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
+from compactor.erasure.backlog import Backlog, BacklogFollower
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
@@ -62,15 +63,6 @@ LEDGER_PROPERTIES = {
 
 def key_digest(salt: bytes, key: bytes) -> bytes:
     return hashlib.sha256(salt + key).digest()[:16]
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """Erasures not finished by every target."""
-
-    pending: int
-    oldest_pending_age_ms: int | None
-    missed_deadlines: int  # pending past their deadline, or finished after it
 
 
 @dataclass(frozen=True)
@@ -134,6 +126,7 @@ class ErasureLedger:
         self._scanned: dict[tuple[str, int], int] = {}
         # (topic, partition) -> why its tombstones could not be read at the last scan
         self.failed: dict[tuple[str, int], str] = {}
+        self._backlogs: dict[str, BacklogFollower] = {}
 
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
@@ -251,10 +244,9 @@ class ErasureLedger:
         service starts; the events carry the time of the repair, so the ledger may overstate
         a latency, never understate it. Returns what it recorded.
         """
-        events = self._events(topic)
-        finished = _finished(events)
-        pending = [e for e in self._erasures(topic, events, finished) if e.done_ms is None]
-        if not pending:
+        state = self._follower(topic).state()
+        pending = state.pending_offsets() if state is not None else {}
+        if state is None or not pending:
             return {}
         paths = topic_paths(self._config.lake_path, topic)
         # target -> (table, position, offset shift)
@@ -271,14 +263,15 @@ class ErasureLedger:
             if table is None:
                 continue
             upto: dict[int, int] = {}
-            for partition in sorted({e.partition for e in pending}):
+            for partition, offsets in sorted(pending.items()):
                 version = position.read(table, partition, topic)
                 if version is None:
                     continue
                 done = version + shift
-                known = max((o for o, _ in finished.get((target, partition), [])), default=-1)
-                if done > known and any(e.partition == partition and known < e.offset <= done
-                                        for e in pending):
+                known = state.through(target, partition)
+                # a pending erasure in (known, done]: offsets are sorted
+                if done > known and bisect.bisect_right(offsets, done) > bisect.bisect_right(
+                        offsets, known):
                     upto[partition] = done
             if upto:
                 self.record_done(topic, target, upto, now_ms)
@@ -315,14 +308,15 @@ class ErasureLedger:
         return out
 
     def backlog(self, topic: str, now_ms: int | None = None) -> Backlog:
-        """Tombstones some target has not finished, from the ledger's events alone."""
+        """Tombstones some target has not finished, from the ledger's events alone. The
+        first call per topic reads the whole ledger; later ones only its new commits
+        (:mod:`compactor.erasure.backlog`), so keep one ledger object for repeated calls."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        pending = missed = 0
-        oldest: int | None = None
-        for e in self.erasures(topic):
-            if e.done_ms is None:
-                pending += 1
-                age = now - e.tombstone_ms
-                oldest = age if oldest is None else max(oldest, age)
-            missed += int(e.late(now))
-        return Backlog(pending, oldest, missed)
+        return self._follower(topic).backlog(now)
+
+    def _follower(self, topic: str) -> BacklogFollower:
+        follower = self._backlogs.get(topic)
+        if follower is None:
+            follower = self._backlogs[topic] = BacklogFollower(
+                self._path(topic), self._config.storage, self.targets(topic))
+        return follower

@@ -41,11 +41,11 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
+from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
 from compactor.lake.layout import join, open_table
 from compactor.lake.log_commit import Conflict, put_if_absent, remove_stale_temporaries
 from compactor.lake.segments import (
@@ -75,10 +75,6 @@ class LogView:
     table_id: str
     partitions: Mapping[int, PartitionLog]
     rewrites: Mapping[int, int]  # per partition the REWRITE fence (0 before the first)
-
-
-class _Replaced(Exception):
-    """The followed table is not the one we loaded, or we fell behind its log cleanup."""
 
 
 class LogFollower:
@@ -134,7 +130,7 @@ class LogFollower:
                 raise LakeError(f"cannot read Delta table {self.uri}: {exc}") from exc
             try:
                 self._advance()  # our positions at least as new as the table's
-            except _Replaced:
+            except Overtaken:
                 if not self._load():
                     raise LakeError(f"lake log {self.uri} does not exist") from None
             assert self._base is not None
@@ -166,7 +162,7 @@ class LogFollower:
                                     f"{self.uri}: {exc}") from exc
                 try:
                     self._advance()  # our own commit, read back as any other
-                except _Replaced:
+                except Overtaken:
                     self._base = None  # replaced just after our commit: reload at next look
                     return version
                 if version % self._checkpoint_interval == 0:
@@ -203,7 +199,7 @@ class LogFollower:
                         "retries", self.uri, version, exc)
         try:  # the table moved: positions looked up in it must not be newer than ours
             self._advance()
-        except _Replaced:
+        except Overtaken:
             self._base = None
         try:
             stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
@@ -224,7 +220,7 @@ class LogFollower:
             return False
         try:
             self._advance()
-        except _Replaced:
+        except Overtaken:
             if not self._load():
                 return False
             self._advance()
@@ -268,13 +264,12 @@ class LogFollower:
     def _advance(self) -> None:
         """Step 2."""
         while True:
-            text = self._read(f"{self._version + 1:020d}.json")
-            if text is None:
-                self._check_not_overtaken()
+            actions = read_commit(self.uri, self._storage, self._version + 1)
+            if actions is None:
+                check_not_overtaken(self.uri, self._storage, self._version)
                 return
-            for line in text.splitlines():
-                if line.strip():
-                    self._apply(json.loads(line))
+            for action in actions:
+                self._apply(action)
             self._version += 1
 
     def _apply(self, action: dict[str, Any]) -> None:
@@ -295,7 +290,7 @@ class LogFollower:
                     self._dirty.add(partition)
         elif "metaData" in action:
             if str(action["metaData"].get("id")) != self._table_id:
-                raise _Replaced
+                raise Overtaken
             self._configure(action["metaData"].get("configuration") or {})
         elif "protocol" in action:
             self._plain = action["protocol"].get("minWriterVersion") in _PLAIN_WRITER_VERSIONS
@@ -334,28 +329,6 @@ class LogFollower:
             )
         self._dirty_segments.clear()
         self._dirty.clear()
-
-    def _check_not_overtaken(self) -> None:
-        checkpoint = self._read("_last_checkpoint")
-        last = int(json.loads(checkpoint)["version"]) if checkpoint else None
-        if last is not None and last > self._version:
-            raise _Replaced
-        if (last is None or last < self._version) and self._version >= 0 \
-                and self._read(f"{self._version:020d}.json") is None:
-            raise _Replaced
-
-    def _read(self, name: str) -> str | None:
-        fs, path = self._storage.filesystem(join(self.uri, "_delta_log", name))
-        try:
-            if fs.get_file_info(path).type == pafs.FileType.NotFound:
-                return None
-            with fs.open_input_stream(path) as stream:
-                data: bytes = stream.read()
-                return data.decode()
-        except FileNotFoundError:
-            return None
-        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            raise LakeError(f"cannot read {name} of the Delta log {self.uri}: {exc}") from exc
 
 
 def _partition_of(template: str, app_id: str) -> int | None:

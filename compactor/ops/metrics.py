@@ -31,6 +31,7 @@ from prometheus_client import (
 
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
+from compactor.erasure.ledger import ErasureLedger
 from compactor.ingest.writer import BatchStats
 from compactor.ops.health import serve
 from compactor.ops.status import collect_status
@@ -55,8 +56,11 @@ def readiness_bound_s(config: CompactorConfig) -> float:
 class Metrics:
     """The service's metrics; ``port`` 0 registers them without serving them."""
 
-    def __init__(self, config: CompactorConfig, port: int = 0) -> None:
+    def __init__(self, config: CompactorConfig, port: int = 0,
+                 ledger: ErasureLedger | None = None) -> None:
         self._config = config
+        # kept (the mirror's own, when given): each refresh reads only the ledger's new commits
+        self._ledger = ErasureLedger(config) if ledger is None else ledger
         self.registry = CollectorRegistry()
         r = self.registry
 
@@ -172,7 +176,8 @@ class Metrics:
     def refresh(self, uncleanable: Mapping[tuple[str, int], str] | None = None) -> None:
         """Recompute the state gauges from the lake (and, every few seconds, the broker)."""
         ask = time.monotonic() - self._last_lag >= _LAG_EVERY_S
-        topics, _ = collect_status(self._config, ask_broker=ask)
+        topics, _ = collect_status(self._config, ask_broker=ask, ledger=self._ledger,
+                                   followed=True)
         if ask:
             self._last_lag = time.monotonic()
         partitions = [p for t in topics for p in t.partitions]

@@ -8,6 +8,7 @@ add to them, never rename them.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +19,8 @@ from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import CompactorError
 from compactor.kafka.offsets import OffsetReader
 from compactor.lake.layout import open_table, topic_paths
-from compactor.lake.segments import read_partition_logs
+from compactor.lake.log_state import follow, log_view
+from compactor.lake.segments import PartitionLog, read_partition_logs
 
 
 @dataclass(frozen=True)
@@ -80,18 +82,44 @@ def _broker_ends(config: CompactorConfig) -> tuple[dict[tuple[str, int], int], s
         return {}, str(exc)
 
 
+def _logs(config: CompactorConfig, topic: str, followed: bool
+          ) -> tuple[Mapping[int, PartitionLog], dict[int, uncleanable.Uncleanable]]:
+    """A topic's partition logs and uncleanable partitions: read whole from a fresh snapshot
+    (a one-off ``status``), or through this process's log follower (a running mirror's
+    metrics, refreshed after every cleaning pass), which reads only the commits since its
+    last look and leaves out the uncleanable reasons the metrics do not show."""
+    uri = topic_paths(config.lake_path, topic).log
+    if followed:
+        view = log_view(uri, config.storage)
+        if view is None:
+            return {}, {}
+        position = follow(uri, config.storage).position
+        marked = {p: since for p in view.partitions
+                  if (since := uncleanable.marked_at(position, p)) is not None}
+        return view.partitions, {p: uncleanable.Uncleanable(since, None)
+                                 for p, since in marked.items()}
+    table = open_table(uri, config.storage)
+    if table is None:
+        return {}, {}
+    logs = read_partition_logs(table)
+    return logs, uncleanable.read(table, logs)
+
+
 def collect_status(config: CompactorConfig, now_ms: int | None = None,
-                   ask_broker: bool = True) -> tuple[list[TopicStatus], str | None]:
-    """Every topic's status; the second value says why broker figures are missing, if so."""
+                   ask_broker: bool = True, ledger: ErasureLedger | None = None,
+                   followed: bool = False) -> tuple[list[TopicStatus], str | None]:
+    """Every topic's status; the second value says why broker figures are missing, if so.
+
+    A process that asks again and again passes the same ``ledger`` and ``followed=True``, so
+    each call reads only what was committed since the last (see :func:`_logs` and
+    :meth:`ErasureLedger.backlog`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     ends, broker_error = _broker_ends(config) if ask_broker else ({}, "not asked")
-    ledger = ErasureLedger(config)
+    ledger = ErasureLedger(config) if ledger is None else ledger
     topics = []
     for topic in config.topics:
         tc = config.topic(topic)
-        table = open_table(topic_paths(config.lake_path, topic).log, config.storage)
-        logs = read_partition_logs(table) if table is not None else {}
-        stuck = uncleanable.read(table, logs) if table is not None else {}
+        logs, stuck = _logs(config, topic, followed)
         partitions = []
         for partition in sorted(set(logs) | {p for t, p in ends if t == topic}):
             plog = logs.get(partition)

@@ -135,3 +135,47 @@ def test_a_ledger_of_many_small_files_is_compacted_to_one_with_the_same_events(
                   key=lambda r: (r["event"], r["atMs"], r["offset"])) == before
     assert table.history(1)[0]["compactor.operation"] == "COMPACT LEDGER"
     assert ledger.backlog("t", now_ms=now + 1000).pending == 0  # both targets done
+
+
+def test_the_backlog_follows_new_commits_through_compaction_and_checkpoints(
+        tmp_path: Path) -> None:
+    """A mirror's metrics ask for the backlog after every cleaning pass: it reads the ledger
+    whole once, then only new commits, and counts what a fresh full read counts."""
+    import shutil
+
+    from compactor.erasure import ledger as ledger_module
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    ledger = ErasureLedger(config)
+    assert ledger.backlog("t", now_ms=now).pending == 0  # no ledger yet
+    offset = 0
+    compact_at = ledger_module.COMPACT_AT_FILES // 2 + 1  # two ledger files a batch
+    for batch in range(compact_at + 4):  # past a compaction and checkpoints
+        append(config, "t", 0, [(offset, b"k%d" % batch, None, now + batch),
+                                (offset + 1, b"k", b"v", now + batch)], now_ms=now)
+        ledger.record_tombstones("t")
+        target = "table" if batch % 2 else "log"
+        ledger.record_done("t", target, {0: offset - 2}, now_ms=now + batch * 1000)
+        offset += 2
+        if batch == compact_at:
+            assert ledger.compact("t") > 0  # its rewrite must not count events twice
+        at = now + batch * 1000 + 500
+        followed = ledger.backlog("t", now_ms=at)
+        if batch % 5 == 0 or batch >= compact_at:
+            assert followed == ErasureLedger(config).backlog("t", now_ms=at)
+    followed = ledger.backlog("t", now_ms=now + 70_000)
+    assert followed.pending >= 2 and followed.missed_deadlines >= 2
+    assert ledger._backlogs["t"].full_loads == 1
+    assert Path(ledger.path("t"), "_delta_log", "_last_checkpoint").exists()
+
+    # The ledger deleted and recreated under the process: it starts over from a full read.
+    shutil.rmtree(ledger.path("t"))
+    fresh = ErasureLedger(config)
+    fresh.record_tombstones("t")  # records the log's tombstones again, into a new table
+    assert ledger.backlog("t", now_ms=now + 70_000) == fresh.backlog("t", now_ms=now + 70_000)
+    assert ledger.backlog("t", now_ms=now + 70_000).pending == len(
+        [r for r in DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist()
+         if r["event"] == "tombstone"])
+    assert ledger._backlogs["t"].full_loads == 2
