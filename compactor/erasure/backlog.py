@@ -142,7 +142,8 @@ class BacklogState:
         for entry in part.covering(through, upto):
             entry.done_at.setdefault(target, at_ms)
         finished = 0
-        for entry in part.pending():
+        while part.start + finished < len(part.entries):
+            entry = part.entries[part.start + finished]
             if len(entry.done_at) < len(self._targets):
                 break
             self._finish(entry)

@@ -65,35 +65,40 @@ def test_metrics_are_served_while_the_mirror_runs(broker, topic_factory, tmp_pat
     assert proc.returncode == 0, err[-2000:]
 
 
-def test_refreshing_reads_only_what_was_committed_since_the_last_refresh(tmp_path) -> None:
+def test_refreshing_reads_only_what_was_committed_since_the_last_refresh(
+        broker, topic_factory, tmp_path) -> None:
     """The gauges are refreshed after every cleaning pass of a mirror that runs for months: they
     must match a one-off ``status`` without reading the log or the erasure ledger whole again."""
     import time
 
+    from compactor.config import build_config, with_topic_configs
     from compactor.erasure.ledger import ErasureLedger
     from compactor.lake.layout import topic_paths
     from compactor.lake.log_state import follow
     from compactor.ops.metrics import Metrics
     from compactor.ops.status import collect_status
-    from tests.lake import append, offline_config
+    from tests.lake import append
 
-    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
-                            max_compaction_lag_ms=60_000)
+    topic = topic_factory(2, {"cleanup.policy": "compact"})
+    config = with_topic_configs(build_config({
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path), "cleanup.policy": "compact",
+        "max.compaction.lag.ms": "60000"}), {})
     metrics = Metrics(config)  # port 0: registered, not served
     writer = ErasureLedger(config)
     now = int(time.time() * 1000)
     for batch in range(12):
-        append(config, "t", batch % 2, [(batch, b"k%d" % batch, None, now)], now_ms=now)
-        writer.record_tombstones("t")
+        append(config, topic, batch % 2, [(batch, b"k%d" % batch, None, now)], now_ms=now)
+        writer.record_tombstones(topic)
         if batch % 3 == 2:
-            writer.record_done("t", "log", {0: batch, 1: batch})
+            writer.record_done(topic, "log", {0: batch, 1: batch})
         metrics.refresh()
         topics, _ = collect_status(config, ask_broker=False)
         want = topics[0].erasure.pending
         assert metrics.registry.get_sample_value(
-            "compactor_erasure_backlog", {"topic": "t"}) == want
+            "compactor_erasure_backlog", {"topic": topic}) == want
         assert metrics.registry.get_sample_value("compactor_max_dirty_percent") == 100.0 * max(
             p.dirty_ratio for p in topics[0].partitions)
     assert want == 12  # the table target has finished nothing
-    assert follow(topic_paths(config.lake_path, "t").log, config.storage).full_loads == 1
-    assert metrics._ledger._backlogs["t"].full_loads == 1
+    assert follow(topic_paths(config.lake_path, topic).log, config.storage).full_loads == 1
+    assert metrics._ledger._backlogs[topic].full_loads == 1
