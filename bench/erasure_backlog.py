@@ -25,13 +25,14 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory import _rss_mb  # noqa: E402
 
+from checkpoints import LEDGER  # noqa: E402
 from compactor.config import build_config, with_topic_configs  # noqa: E402
 from compactor.erasure.ledger import LEDGER_PROPERTIES, LEDGER_SCHEMA, ErasureLedger  # noqa: E402
 
@@ -58,6 +59,11 @@ def _events(first: int, tombstones: int, done_events: int, at_ms: int) -> pa.Tab
     return pa.table(rows, schema=LEDGER_SCHEMA)
 
 
+def _scanned_to(offset: int) -> CommitProperties:
+    """The ledger's scan position moved in the same commit, as ``record_tombstones`` does."""
+    return CommitProperties(app_transactions=[LEDGER.moved_to(offset, 0)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=float, default=1.0)
@@ -75,7 +81,8 @@ def main() -> None:
     now = int(time.time() * 1000)
     started = time.perf_counter()
     history = _events(0, tombstones, int(args.days * 86_400), now - 86_400_000)
-    write_deltalake(path, history, configuration=LEDGER_PROPERTIES)
+    write_deltalake(path, history, configuration=LEDGER_PROPERTIES,
+                    commit_properties=_scanned_to(10 * tombstones))
     print(f"ledger of {history.num_rows:,} events ({tombstones:,} tombstones) built in "
           f"{time.perf_counter() - started:.1f}s at {path}", file=sys.stderr)
 
@@ -85,7 +92,8 @@ def main() -> None:
     full, followed = [], []
     for i in range(args.refreshes):
         batch = _events(first + 40 * i, 4, 1, now + i)  # a 1 s batch at 4 tombstones a second
-        write_deltalake(path, batch, mode="append")
+        write_deltalake(path, batch, mode="append",
+                        commit_properties=_scanned_to(first + 40 * (i + 1)))
         t0 = time.perf_counter()
         want = ErasureLedger(config).backlog(TOPIC, now_ms=now + i)
         full.append(time.perf_counter() - t0)

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from checkpoints import LEDGER
 from compactor.exceptions import LakeError
 from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
-from compactor.lake.layout import join, open_table, read_table
+from compactor.lake.layout import join, open_table
 from compactor.lake.storage import Storage
 
 _EVENT_COLUMNS = ["event", "partition", "offset", "tombstoneTimeMs", "deadlineMs", "target",
@@ -93,6 +93,36 @@ class _Partition:
             self.start = 0
 
 
+class _Ahead:
+    """One target's done events of a partition beyond the ledger's scan position, which cover
+    tombstones not recorded yet. Only events no other beats (a higher offset finished no
+    later) are kept, in offset order, so their times rise too and the earliest event covering
+    an offset is the first at or above it."""
+
+    def __init__(self) -> None:
+        self.ups: list[int] = []
+        self.ats: list[int] = []
+
+    def add(self, upto: int, at_ms: int) -> None:
+        i = bisect.bisect_left(self.ups, upto)
+        if i < len(self.ups) and self.ats[i] <= at_ms:
+            return  # beaten: a kept event covers as much, no later
+        j = bisect.bisect_right(self.ups, upto)
+        k = j
+        while k > 0 and self.ats[k - 1] >= at_ms:
+            k -= 1  # these cover less, no earlier
+        self.ups[k:j] = [upto]
+        self.ats[k:j] = [at_ms]
+
+    def earliest(self, offset: int) -> int | None:
+        i = bisect.bisect_left(self.ups, offset)
+        return self.ats[i] if i < len(self.ats) else None
+
+    def drop_upto(self, offset: int) -> None:
+        i = bisect.bisect_right(self.ups, offset)
+        del self.ups[:i], self.ats[:i]
+
+
 class BacklogState:
     """The unfinished erasures of one topic, fed the ledger's events (pure; no I/O)."""
 
@@ -101,7 +131,7 @@ class BacklogState:
         self._parts: dict[int, _Partition] = {}
         self._through: dict[tuple[str, int], int] = {}  # highest offset a target finished
         # done events beyond the scan position: they cover tombstones not recorded yet
-        self._ahead: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._scanned: dict[int, int] = {}
         self.finished_late = 0
 
@@ -110,16 +140,17 @@ class BacklogState:
         self._scanned[partition] = max(offset, self._scanned.get(partition, -1))
         for target in self._targets:
             ahead = self._ahead.get((target, partition))
-            if ahead:
-                ahead[:] = [(u, at) for u, at in ahead if u > self._scanned[partition]]
+            if ahead is not None:
+                ahead.drop_upto(self._scanned[partition])
 
     def tombstone(self, partition: int, offset: int, tombstone_ms: int,
                   deadline_ms: int | None) -> None:
         entry = _Pending(offset, tombstone_ms, deadline_ms)
         for target in self._targets:
-            covering = [at for u, at in self._ahead.get((target, partition), ()) if u >= offset]
-            if covering:
-                entry.done_at[target] = min(covering)
+            ahead = self._ahead.get((target, partition))
+            at = ahead.earliest(offset) if ahead is not None else None
+            if at is not None:
+                entry.done_at[target] = at
         if len(entry.done_at) == len(self._targets):
             self._finish(entry)
             return
@@ -135,7 +166,7 @@ class BacklogState:
             return
         self._through[key] = upto
         if upto > self._scanned.get(partition, -1):
-            self._ahead.setdefault(key, []).append((upto, at_ms))
+            self._ahead.setdefault(key, _Ahead()).add(upto, at_ms)
         part = self._parts.get(partition)
         if part is None:
             return
@@ -156,8 +187,11 @@ class BacklogState:
         self._through[key] = max(self._through.get(key, -1), int(ups.max()))
         beyond = ups > self._scanned.get(partition, -1)
         if beyond.any():
-            self._ahead.setdefault(key, []).extend(
-                zip(ups[beyond].tolist(), ats[beyond].tolist(), strict=True))
+            ahead = self._ahead.setdefault(key, _Ahead())
+            order = np.argsort(ups[beyond], kind="stable")  # in offset order: each add appends
+            for upto, at in zip(ups[beyond][order].tolist(), ats[beyond][order].tolist(),
+                                strict=True):
+                ahead.add(upto, at)
 
     def add_pending(self, partition: int, entry: _Pending) -> None:
         """A full load's pending erasure, in offset order (see :func:`state_of`)."""
@@ -200,8 +234,10 @@ class BacklogState:
                 self.done(r["target"], r["partition"], r["offset"], r["atMs"])
 
 
-def state_of(events: pa.Table, scanned: Mapping[int, int], targets: list[str]) -> BacklogState:
-    """Step 1's state from a whole ledger's events, in any order, column by column: only the
+def state_of(tomb: pa.Table, done: pa.Table, scanned: Mapping[int, int],
+             targets: list[str]) -> BacklogState:
+    """Step 1's state from a whole ledger's events (its tombstone and its done events, in any
+    order), column by column: only the
     pending erasures become Python objects, so a ledger of millions of events loads in
     seconds, in the memory of its numeric columns.
 
@@ -212,8 +248,6 @@ def state_of(events: pa.Table, scanned: Mapping[int, int], targets: list[str]) -
     state = BacklogState(targets)
     for partition, offset in scanned.items():
         state.scanned(partition, offset)
-    tomb = events.filter(pc.equal(events["event"], "tombstone"))
-    done = events.filter(pc.equal(events["event"], "done"))
     t_part = tomb["partition"].to_numpy(zero_copy_only=False).astype(np.int64)
     t_off = tomb["offset"].to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.lexsort((t_off, t_part))
@@ -225,7 +259,8 @@ def state_of(events: pa.Table, scanned: Mapping[int, int], targets: list[str]) -
     d_part = done["partition"].to_numpy(zero_copy_only=False).astype(np.int64)
     d_off = done["offset"].to_numpy(zero_copy_only=False).astype(np.int64)
     d_at = done["atMs"].to_numpy(zero_copy_only=False).astype(np.int64)
-    d_target = np.asarray(done["target"].to_pylist(), dtype=object)
+    d_target = {t: pc.equal(done["target"], t).fill_null(False).to_numpy(zero_copy_only=False)
+                for t in targets}
     parts, starts = np.unique(t_part, return_index=True)
     ends = [*starts[1:].tolist(), len(t_part)] if len(starts) else []
     bounds = dict(zip(parts.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
@@ -236,7 +271,7 @@ def state_of(events: pa.Table, scanned: Mapping[int, int], targets: list[str]) -
         done_ms = np.zeros(hi - lo, dtype=np.int64)
         at_by_target: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for target in targets:
-            mine = (d_part == partition) & (d_target == target)
+            mine = (d_part == partition) & d_target[target]
             ups, ats = d_off[mine], d_at[mine]
             if not len(ups):
                 finished[:] = False
@@ -302,10 +337,15 @@ class BacklogFollower:
         table = open_table(self.uri, self._storage)
         if table is None:
             return False
-        events = read_table(table, _EVENT_COLUMNS)
-        partitions = pc.unique(events["partition"]).to_pylist()
+        dataset = table.to_pyarrow_dataset()  # each kind of event apart: no copy of the whole
+        tomb = dataset.to_table(columns=["partition", "offset", "tombstoneTimeMs", "deadlineMs"],
+                                filter=pc.field("event") == "tombstone")
+        done = dataset.to_table(columns=["partition", "offset", "target", "atMs"],
+                                filter=pc.field("event") == "done")
+        partitions = set(pc.unique(tomb["partition"]).to_pylist()) | set(
+            pc.unique(done["partition"]).to_pylist())
         scanned = {p: s for p in partitions if (s := LEDGER.read(table, p)) is not None}
-        self._state = state_of(events, scanned, self._targets)
+        self._state = state_of(tomb, done, scanned, self._targets)
         self._version = table.version()
         self._table_id = str(table.metadata().id)
         self.full_loads += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,12 @@ def run(plan: list[Any]) -> tuple[list[list[dict[str, Any]]], dict[int, int], in
     return commits, scanned, clock
 
 
+def split(events: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A ledger's tombstone events and its done events, as the follower reads them."""
+    return (events.filter(pc.equal(events["event"], "tombstone")),
+            events.filter(pc.equal(events["event"], "done")))
+
+
 def follow(state: BacklogState, commits: list[list[dict[str, Any]]]) -> None:
     """Feed commits as the follower does: each commit's events, then its scan positions."""
     for rows in commits:
@@ -96,19 +103,19 @@ def test_fed_commit_by_commit_it_counts_what_a_full_read_counts(plan, later) -> 
 @settings(deadline=None)  # the first example pays Arrow's compute kernels' start-up
 @given(steps, st.integers(0, 40), st.integers(0, 100), st.randoms())
 def test_loaded_whole_in_any_order_then_followed_it_counts_what_a_full_read_counts(
-        plan, split, later, rnd) -> None:
-    """A process starts on the ledger as the first ``split`` commits left it, then follows the
+        plan, cut, later, rnd) -> None:
+    """A process starts on the ledger as the first ``cut`` commits left it, then follows the
     rest commit by commit."""
     commits, _, clock = run(plan)
-    loaded = [r for rows in commits[:split] for r in rows]
+    loaded = [r for rows in commits[:cut] for r in rows]
     scanned: dict[int, int] = {}
     for r in loaded:
         if "scanned" in r:
             scanned[r["partition"]] = max(r["scanned"], scanned.get(r["partition"], -1))
     events = [r for r in loaded if r["event"] != "scan"]
     rnd.shuffle(events)
-    state = state_of(pa.Table.from_pylist(events, schema=SCHEMA), scanned, TARGETS)
-    follow(state, commits[split:])
+    state = state_of(*split(pa.Table.from_pylist(events, schema=SCHEMA)), scanned, TARGETS)
+    follow(state, commits[cut:])
     every = [r for rows in commits for r in rows if r["event"] != "scan"]
     assert state.backlog(clock + later) == reference(every, clock + later)
 
@@ -135,16 +142,31 @@ def _table(*rows: tuple[str, int, int, int | None, str | None, int]) -> pa.Table
 
 def test_a_full_load_takes_the_earliest_done_event_covering_an_offset() -> None:
     # The log finished up to 5 at 10, then (a repair) up to 3 at 20: offset 2 was done at 10.
-    state = state_of(_table(("tombstone", 0, 2, 15, None, 0), ("done", 0, 3, None, "log", 20),
-                            ("done", 0, 5, None, "log", 10), ("done", 0, 5, None, "table", 10)),
-                     {0: 5}, TARGETS)
+    state = state_of(*split(_table(
+        ("tombstone", 0, 2, 15, None, 0), ("done", 0, 3, None, "log", 20),
+        ("done", 0, 5, None, "log", 10), ("done", 0, 5, None, "table", 10))), {0: 5}, TARGETS)
     assert state.backlog(30) == Backlog(0, None, 0)  # finished at 10, inside its deadline 15
 
 
 def test_a_full_load_keeps_done_events_ahead_of_the_scan_for_tombstones_recorded_later() -> None:
-    state = state_of(_table(("done", 0, 9, None, "log", 10)), {0: 4}, TARGETS)
+    state = state_of(*split(_table(("done", 0, 9, None, "log", 10))), {0: 4}, TARGETS)
     state.feed([{"event": "tombstone", "partition": 0, "offset": 7, "tombstoneTimeMs": 5,
                  "deadlineMs": 100}])
     state.scanned(0, 8)
     state.done("table", 0, 8, 12)
     assert state.backlog(30) == Backlog(0, None, 0)
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 50)), max_size=25),
+       st.integers(-1, 31))
+def test_done_events_ahead_of_the_scan_answer_the_earliest_covering_an_offset(
+        events, dropped) -> None:
+    from compactor.erasure.backlog import _Ahead
+
+    ahead = _Ahead()
+    for upto, at in events:
+        ahead.add(upto, at)
+    ahead.drop_upto(dropped)  # the scan moved: tombstones up to it are recorded
+    for offset in range(dropped + 1, 32):
+        covering = [at for upto, at in events if upto >= offset]
+        assert ahead.earliest(offset) == (min(covering) if covering else None)
