@@ -71,10 +71,14 @@ LOG_FILE_SCHEMA = pa.schema([f for f in KAFKA_SCHEMA if f.name != "partition"]
                             + [pa.field("deleteHorizonMs", pa.int64())])
 
 
-def _rss_kb(pid: int) -> int:
+def _rss_kb(pid: int, field: str = "VmRSS") -> int:
+    """A resident-memory figure of ``/proc/<pid>/status``: ``VmRSS`` is ``RssAnon`` (the heap,
+    stacks, allocator arenas: what a leak would grow) plus ``RssFile`` (pages of mapped files,
+    mostly shared libraries' code, resident from the first time a code path runs) plus
+    ``RssShmem``."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
@@ -112,8 +116,12 @@ def memory_mb() -> dict[str, float]:
     design. The broker is the driver's child, not the JVM's: counting every child of the
     driver as a worker (as runs before 2026-11-24 did) put the broker's growth in the
     workers' row."""
-    out = {"driver MB": _rss_kb(os.getpid()) / 1024, "jvm MB": 0.0, "workers MB": 0.0,
-           "broker MB": 0.0,
+    me = os.getpid()
+    out = {"driver MB": _rss_kb(me) / 1024,
+           # the split says whether a rise is memory allocated or library code paged in
+           "driver anon MB": _rss_kb(me, "RssAnon") / 1024,
+           "driver file MB": _rss_kb(me, "RssFile") / 1024,
+           "jvm MB": 0.0, "jvm anon MB": 0.0, "workers MB": 0.0, "broker MB": 0.0,
            # delta-rs's tokio blocking pool keeps the threads a burst of reads made: each holds
            # a stack and an allocator cache, so the count is part of the driver's memory story
            "driver threads": float(len(os.listdir(f"/proc/{os.getpid()}/task")))}
@@ -125,6 +133,7 @@ def memory_mb() -> dict[str, float]:
             continue
         if b"java" in exe:
             out["jvm MB"] += _rss_kb(pid) / 1024
+            out["jvm anon MB"] += _rss_kb(pid, "RssAnon") / 1024
             for worker in _descendants(pid):
                 sizes.append(_rss_kb(worker) / 1024)
         elif b"tansu" in exe:
@@ -372,8 +381,8 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
     # The first tenth holds the start (the JVM loading classes, Python workers forking): the
     # means of each later tenth show whether a figure keeps growing or has levelled off.
     logs = [key for key in samples[-1] if key.endswith("_delta_log files")]
-    for key in ("driver MB", "driver threads", "jvm MB", "workers MB", "largest worker MB",
-                "broker MB", *logs):
+    for key in ("driver MB", "driver anon MB", "driver file MB", "driver threads", "jvm MB",
+                "jvm anon MB", "workers MB", "largest worker MB", "broker MB", *logs):
         means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
                  for j in range(0, n * 10, n) if samples[j:j + n]]
         print(f"  {key} by tenth of the run: " + " ".join(f"{m:.0f}" for m in means))
@@ -383,8 +392,8 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
     if len(half) >= 2:
         hours = [s["t"] / 3600 for s in half]
         slopes = {key: statistics.linear_regression(hours, [s[key] for s in half]).slope
-                  for key in ("driver MB", "jvm MB", "workers MB", "largest worker MB",
-                              "broker MB")}
+                  for key in ("driver MB", "driver anon MB", "driver file MB", "jvm MB",
+                              "workers MB", "largest worker MB", "broker MB")}
         print("  MB an hour over the second half of the run (least-squares slope): "
               + ", ".join(f"{key.removesuffix(' MB')} {v:+.0f}" for key, v in slopes.items()))
 
