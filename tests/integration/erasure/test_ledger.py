@@ -179,3 +179,43 @@ def test_the_backlog_follows_new_commits_through_compaction_and_checkpoints(
         [r for r in DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist()
          if r["event"] == "tombstone"])
     assert ledger._backlogs["t"].full_loads == 2
+
+
+def test_a_ledger_kept_open_reads_only_new_commits_and_records_each_tombstone_once(
+        tmp_path: Path) -> None:
+    """The mirror keeps each topic's ledger open between micro-batches and takes the scan
+    positions from the commits made since its last look, those of another process (``compactor
+    clean``) included; a ledger replaced under it is opened again, never written at the old
+    table's version."""
+    import shutil
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    ledger, other = ErasureLedger(config), ErasureLedger(config)
+    offset = 0
+    for batch in range(25):  # past two checkpoints (one every 10 commits)
+        append(config, "t", 0, [(offset, b"k%d" % batch, None, now + batch),
+                                (offset + 1, b"k", b"v", now + batch)], now_ms=now)
+        recorder = other if batch % 7 == 3 else ledger
+        assert recorder.record_tombstones("t") == 1, batch
+        ledger.record_done("t", "table", {0: offset}, now_ms=now + batch)
+        offset += 2
+    assert ledger.full_opens == 1
+    assert Path(ledger.path("t"), "_delta_log", "_last_checkpoint").exists()
+    rows = DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist()
+    assert sorted(r["offset"] for r in rows if r["event"] == "tombstone") == \
+        list(range(0, offset, 2))
+    assert ledger.backlog("t", now_ms=now).pending == ErasureLedger(config).backlog(
+        "t", now_ms=now).pending == 25  # the log's done events: none yet
+
+    shutil.rmtree(ledger.path("t"))
+    ErasureLedger(config).record_tombstones("t")  # a new ledger, two commits long
+    append(config, "t", 0, [(offset, b"late", None, now + 99)], now_ms=now)
+    assert ledger.record_tombstones("t") == 1
+    assert ledger.full_opens == 2
+    commits = sorted(f.name for f in Path(ledger.path("t"), "_delta_log").glob("*.json"))
+    assert commits == [f"{v:020d}.json" for v in range(len(commits))]  # no gap, no old version
+    rows = DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist()
+    assert sorted(r["offset"] for r in rows if r["event"] == "tombstone") == \
+        [*range(0, offset, 2), offset]
