@@ -11,23 +11,10 @@ Rows are events:
   of a partition up to an offset, at ``atMs``. ``log`` means the cleaner's commit dropped the
   superseded values from the log; vacuum deletes their files within ``vacuum.grace.ms``.
 
-Commit protocol of :meth:`ErasureLedger.record_tombstones`:
-
-1. Bring the ledger, kept open between micro-batches, to its latest version V
-   (``update_incremental``: delta-rs reads only the commits after the version it holds) and
-   read each partition's app transaction ``compactor-ledger-<partition>`` (the last log offset
-   scanned, S) at V: from the commit files after the version last looked at up to V, the
-   positions their app transactions move (a partition never seen reads it from the table).
-   The first call, or one after step 5, opens the table and reads S from it whole.
-2. Read the log's committed offsets (L) from the caller's view of the log.
-3. Append the tombstones with S < offset <= L and move S to L in the same commit, made
-   against V: a concurrent move of S (``compactor clean`` recording the same tombstones)
-   conflicts with it and it fails.
-4. A failed commit drops the open table; the next call starts at step 1's full read.
-5. A commit that replaces the table (another id) or a commit file gone before it was read
-   (log cleanup ran past us) drops the open table too.
-
-Done events are appended by the step that finished the work, after its own commit; a
+Commit protocol of :meth:`ErasureLedger.record_tombstones`: read the ledger's app
+transactions ``compactor-ledger-<partition>`` (the last log offset scanned, S) and the log's
+committed offsets (L); append the tombstones with S < offset <= L and move S to L in the same
+commit. Done events are appended by the step that finished the work, after its own commit; a
 crash in between loses a done event, never an erasure (the work itself is recorded by that
 target's own app transaction).
 """
@@ -37,15 +24,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
@@ -53,13 +39,11 @@ from compactor.config import CompactorConfig
 from compactor.erasure.backlog import Backlog, BacklogFollower
 from compactor.exceptions import LakeError
 from compactor.lake import operations
-from compactor.lake.commit_files import check_not_overtaken, read_commit
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
 from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
 
 log = logging.getLogger(__name__)
-_LEDGER_APP = LEDGER.id(0)[:-1]  # "compactor-ledger-"
 
 LEDGER_SCHEMA = pa.schema([
     ("event", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -134,18 +118,6 @@ def _finished(events: list[dict[str, Any]]) -> dict[tuple[str, int], list[tuple[
     return finished
 
 
-@dataclass
-class _Open:
-    """One topic's ledger kept open between micro-batches, and each partition's scan position
-    (``compactor-ledger-<p>``, -1: none) as of ``version``."""
-
-    uri: str
-    table: DeltaTable
-    table_id: str
-    version: int
-    scanned: dict[int, int]
-
-
 class ErasureLedger:
     """Appends to and reads ``L/T/erasures`` for the configured topics."""
 
@@ -155,12 +127,6 @@ class ErasureLedger:
         # (topic, partition) -> why its tombstones could not be read at the last scan
         self.failed: dict[tuple[str, int], str] = {}
         self._backlogs: dict[str, BacklogFollower] = {}
-        # Reopening the ledger and reading each partition's position from it replays its
-        # checkpoint and every commit since, several times a micro-batch, in delta-rs's
-        # threads; kept open, a batch reads only the commits made since the last one.
-        self._open: dict[str, _Open] = {}
-        self._lock = threading.Lock()  # the mirror's batches and its maintenance share it
-        self.full_opens = 0  # how often step 1 opened the table whole: a figure for tests
 
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
@@ -195,13 +161,8 @@ class ErasureLedger:
                            self._config.storage)
         if view is None:
             return 0
-        with self._lock:
-            return self._record_tombstones(topic, view, written)
-
-    def _record_tombstones(self, topic: str, view: LogView,
-                           written: Mapping[int, WrittenTombstones] | None) -> int:
-        opened = self._opened(topic, view.partitions, create=True)
-        assert opened is not None  # created when absent
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                              storage=self._config.storage)
         salt = view.table_id.encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
@@ -211,7 +172,8 @@ class ErasureLedger:
         found: list[pa.Table] = []
         moved: dict[int, int] = {}
         for partition, plog in view.partitions.items():
-            lo = max(opened.scanned[partition], self._scanned.get((topic, partition), -1))
+            done = LEDGER.read(ledger, partition)
+            lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
             self._scanned[(topic, partition)] = lo
             hi = plog.committed_offset
             if hi is None or hi <= lo:
@@ -243,70 +205,18 @@ class ErasureLedger:
         table = pa.concat_tables(found)
         txns = [LEDGER.moved_to(hi, p) for p, hi in moved.items()]
         try:  # against the version whose app transactions gave S: a concurrent move fails it
-            write_deltalake(opened.table, table, mode="append",
+            write_deltalake(ledger, table, mode="append",
                             commit_properties=operations.properties(
                                 operations.RECORD_ERASURES,
                                 f"{table.num_rows} tombstones of {topic} recorded", txns))
         except CommitFailedError:  # another process (compactor clean) recorded them first
             log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
-            self._open.pop(topic, None)
             return 0
         except Exception as exc:
-            self._open.pop(topic, None)
             raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
                             f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
         return int(table.num_rows)
-
-    def _opened(self, topic: str, partitions: Iterable[int], create: bool) -> _Open | None:
-        """Step 1 (and 5) of the commit protocol: the ledger at its latest version, with the
-        scan position of each of ``partitions`` there; None when there is no ledger and
-        ``create`` is false. The caller holds ``_lock``."""
-        opened = self._open.get(topic)
-        partitions = list(partitions)
-        if opened is not None:
-            try:
-                opened.table.update_incremental()
-                self._advance(opened)
-            except Exception as exc:  # replaced, cleaned up past us, or unreadable: reopen
-                log.info("%s: reopening the erasure ledger (%s)", topic, exc)
-                opened = None
-        if opened is not None and any(p not in opened.scanned for p in partitions):
-            opened = None  # a partition new to us: its position from a table opened whole
-        if opened is None:
-            self._open.pop(topic, None)
-            path, storage = self._path(topic), self._config.storage
-            table = (ensure_table(path, LEDGER_SCHEMA, None, LEDGER_PROPERTIES, storage=storage)
-                     if create else open_table(path, storage))
-            if table is None:
-                return None
-            scanned = {p: -1 if (found := LEDGER.read(table, p)) is None else found
-                       for p in partitions}
-            opened = self._open[topic] = _Open(path, table, str(table.metadata().id),
-                                               table.version(), scanned)
-            self.full_opens += 1
-        return opened
-
-    def _advance(self, opened: _Open) -> None:
-        """The scan positions moved by the commits after ``opened.version`` up to the table's
-        version, read from their commit files (delta-rs does not say which app transactions
-        a commit moved); raises when one is gone or replaces the table. delta-rs finds no new
-        commit in a table deleted and created again with fewer versions, so the version it
-        holds must still be in the log (or under a checkpoint no later than it)."""
-        upto = opened.table.version()
-        for version in range(opened.version + 1, upto + 1):
-            actions = read_commit(opened.uri, self._config.storage, version)
-            if actions is None:
-                raise LakeError(f"commit {version} was cleaned up before it was read")
-            for action in actions:
-                if "metaData" in action and str(action["metaData"].get("id")) != opened.table_id:
-                    raise LakeError("the ledger was replaced")
-                txn = action.get("txn")
-                if txn is not None and txn["appId"].startswith(_LEDGER_APP) \
-                        and txn["appId"][len(_LEDGER_APP):].isdigit():
-                    opened.scanned[int(txn["appId"][len(_LEDGER_APP):])] = int(txn["version"])
-        check_not_overtaken(opened.uri, self._config.storage, upto)
-        opened.version = upto
 
     def read_upto(self, topic: str) -> dict[int, int]:
         """Per partition, the last log offset whose tombstones this ledger has recorded (as
@@ -316,24 +226,13 @@ class ErasureLedger:
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
                     now_ms: int | None = None) -> None:
         """``target`` finished every tombstone of each partition up to the given offset."""
-        if not upto:
+        if not upto or open_table(self._path(topic), self._config.storage) is None:
             return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
                       target=[target] * len(upto), atMs=[now] * len(upto))
-        with self._lock:  # a blind append, through the open ledger as it is
-            opened = self._open.get(topic) or self._opened(topic, (), create=False)
-            if opened is None:
-                return
-            try:
-                write_deltalake(opened.table, table, mode="append")
-                return
-            except Exception as exc:  # e.g. held so long that its next commit was cleaned up
-                log.info("%s: appending through a freshly opened erasure ledger (%s)", topic, exc)
-                self._open.pop(topic)
-            opened = self._opened(topic, (), create=False)
-            if opened is not None:
-                write_deltalake(opened.table, table, mode="append")
+        write_deltalake(self._path(topic), table, mode="append",
+                        storage_options=self._config.storage.delta_options(self._path(topic)))
 
     def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
         """Write the done events a crash lost, from each target's own committed progress.
