@@ -226,13 +226,18 @@ class ErasureLedger:
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
                     now_ms: int | None = None) -> None:
         """``target`` finished every tombstone of each partition up to the given offset."""
-        if not upto or open_table(self._path(topic), self._config.storage) is None:
+        if not upto:
+            return
+        ledger = open_table(self._path(topic), self._config.storage)
+        if ledger is None:
             return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
                       target=[target] * len(upto), atMs=[now] * len(upto))
-        write_deltalake(self._path(topic), table, mode="append",
-                        storage_options=self._config.storage.delta_options(self._path(topic)))
+        # Through the table just opened: by path, delta-rs would open it a second time. Not
+        # through a table kept open between calls: delta-rs 1.6.6's appends through one
+        # object slow down with its age (6.8 -> 19.6 ms over 300 appends).
+        write_deltalake(ledger, table, mode="append")
 
     def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
         """Write the done events a crash lost, from each target's own committed progress.
