@@ -71,18 +71,17 @@ LOG_FILE_SCHEMA = pa.schema([f for f in KAFKA_SCHEMA if f.name != "partition"]
                             + [pa.field("deleteHorizonMs", pa.int64())])
 
 
-def _rss_kb(pid: int, field: str = "VmRSS") -> int:
-    """A resident-memory figure of ``/proc/<pid>/status``: ``VmRSS`` is ``RssAnon`` (the heap,
-    stacks, allocator arenas: what a leak would grow) plus ``RssFile`` (pages of mapped files,
-    mostly shared libraries' code, resident from the first time a code path runs) plus
-    ``RssShmem``."""
+def _rss_kb(pid: int) -> dict[str, int]:
+    """The resident-memory figures of ``/proc/<pid>/status``, in kB, read at once (none once
+    the process has exited): ``VmRSS`` is ``RssAnon`` (the heap, stacks, allocator arenas:
+    what a leak would grow) plus ``RssFile`` (pages of mapped files, mostly shared libraries'
+    code, resident from the first time a code path runs) plus ``RssShmem``."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
-        pass
-    return 0
+        return {}
+    return {name: int(rest.split()[0]) for name, _, rest in (line.partition(":") for line in lines)
+            if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem")}
 
 
 def _children(pid: int) -> list[int]:
@@ -117,27 +116,29 @@ def memory_mb() -> dict[str, float]:
     driver as a worker (as runs before 2026-11-24 did) put the broker's growth in the
     workers' row."""
     me = os.getpid()
-    out = {"driver MB": _rss_kb(me) / 1024,
+    driver = _rss_kb(me)
+    out = {"driver MB": driver.get("VmRSS", 0) / 1024,
            # the split says whether a rise is memory allocated or library code paged in
-           "driver anon MB": _rss_kb(me, "RssAnon") / 1024,
-           "driver file MB": _rss_kb(me, "RssFile") / 1024,
+           "driver anon MB": driver.get("RssAnon", 0) / 1024,
+           "driver file MB": driver.get("RssFile", 0) / 1024,
            "jvm MB": 0.0, "jvm anon MB": 0.0, "workers MB": 0.0, "broker MB": 0.0,
            # delta-rs's tokio blocking pool keeps the threads a burst of reads made: each holds
            # a stack and an allocator cache, so the count is part of the driver's memory story
-           "driver threads": float(len(os.listdir(f"/proc/{os.getpid()}/task")))}
+           "driver threads": float(len(os.listdir(f"/proc/{me}/task")))}
     sizes = []
-    for pid in _children(os.getpid()):
+    for pid in _children(me):
         try:
             exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
         if b"java" in exe:
-            out["jvm MB"] += _rss_kb(pid) / 1024
-            out["jvm anon MB"] += _rss_kb(pid, "RssAnon") / 1024
+            jvm = _rss_kb(pid)
+            out["jvm MB"] += jvm.get("VmRSS", 0) / 1024
+            out["jvm anon MB"] += jvm.get("RssAnon", 0) / 1024
             for worker in _descendants(pid):
-                sizes.append(_rss_kb(worker) / 1024)
+                sizes.append(_rss_kb(worker).get("VmRSS", 0) / 1024)
         elif b"tansu" in exe:
-            out["broker MB"] += _rss_kb(pid) / 1024
+            out["broker MB"] += _rss_kb(pid).get("VmRSS", 0) / 1024
     out["workers MB"] = sum(sizes)
     return out | {"worker processes": float(len(sizes)),
                   "largest worker MB": max(sizes, default=0.0)}
