@@ -51,9 +51,15 @@ LEDGER_SCHEMA = pa.schema([
     ("target", pa.string()), ("atMs", pa.int64()),
 ])
 # A ledger gains a small file with each micro-batch that carries tombstones and with each
-# done event. Past this many files the maintenance pass rewrites them as one (events
+# done event. Past this many small files the maintenance pass rewrites them as one (events
 # unchanged), so reading the ledger, which every micro-batch does, stays flat as a run ages.
 COMPACT_AT_FILES = 64
+# Files past this size are left as they are: a compaction rewrites the small files and at most
+# one file short of this size, however long the mirror has run (about 21 bytes an event once
+# compacted, so ~400,000 events, a day at 4 tombstones a second). Without the bound it rewrote
+# the whole ledger, up to delta-rs's 100 MB target, under the commit lock each time
+# (``python bench/ledger_compaction.py``). A ledger so gains a file a day at that rate.
+COMPACT_TARGET_BYTES = 8 * 1024 * 1024
 LEDGER_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",
     "delta.enableChangeDataFeed": "false",
@@ -136,16 +142,23 @@ class ErasureLedger:
         return self._path(topic)
 
     def compact(self, topic: str) -> int:
-        """Rewrite the ledger's files as one once it holds ``COMPACT_AT_FILES``; returns how
-        many it replaced. delta-rs's OPTIMIZE: no event changes (``dataChange=false``), so it
-        commits beside concurrent appends; vacuum deletes the replaced files after the
-        grace, as any of our tables'. The caller holds the commit lock."""
+        """Rewrite the ledger's small files as files of up to ``COMPACT_TARGET_BYTES`` once it
+        holds ``COMPACT_AT_FILES`` files under half that size; returns how many it replaced.
+        delta-rs's OPTIMIZE: no event changes (``dataChange=false``), so it commits beside
+        concurrent appends; vacuum deletes the replaced files after the grace, as any of our
+        tables'. The caller holds the commit lock, so the rewrite is bounded in bytes."""
         table = open_table(self._path(topic), self._config.storage)
         if table is None or len(table.file_uris()) < COMPACT_AT_FILES:
             return 0
+        sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes")
+        if pc.sum(pc.less(sizes, COMPACT_TARGET_BYTES // 2)).as_py() < COMPACT_AT_FILES:
+            return 0
         try:
-            metrics = table.optimize.compact(commit_properties=operations.properties(
-                operations.COMPACT_LEDGER, f"erasure ledger of {topic} rewritten as one file"))
+            metrics = table.optimize.compact(
+                target_size=COMPACT_TARGET_BYTES,
+                commit_properties=operations.properties(
+                    operations.COMPACT_LEDGER,
+                    f"erasure ledger of {topic}: small files rewritten as few"))
         except Exception as exc:  # the ledger only reads slower until the next pass
             log.warning("%s: cannot compact the erasure ledger: %s", self._path(topic), exc)
             return 0

@@ -30,7 +30,7 @@ CLAIM_WRITER = "CLAIM WRITER"  # a run took over the log (fencing generation)
 MERGE_LATEST = "MERGE LATEST"  # the latest-value table brought up to the log
 ERASE_DOWNSTREAM = "ERASE DOWNSTREAM"  # tombstoned keys deleted from a downstream table
 RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to the ledger
-COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as one, no event changed
+COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as few, no event changed
 
 
 def properties(operation: str, summary: str, txns: Iterable[Transaction] = (),

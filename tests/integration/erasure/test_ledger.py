@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from compactor.erasure.ledger import ErasureLedger, key_digest
@@ -135,6 +136,59 @@ def test_a_ledger_of_many_small_files_is_compacted_to_one_with_the_same_events(
                   key=lambda r: (r["event"], r["atMs"], r["offset"])) == before
     assert table.history(1)[0]["compactor.operation"] == "COMPACT LEDGER"
     assert ledger.backlog("t", now_ms=now + 1000).pending == 0  # both targets done
+
+
+def test_compaction_rewrites_the_small_files_and_leaves_a_long_history_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weeks of tombstones make files past the target size: a pass must not rewrite them
+    (it runs under the commit lock), only the latest micro-batches' files and the one file
+    still filling up, so its cost does not grow with the ledger's history."""
+    import os
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from compactor.erasure import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "COMPACT_TARGET_BYTES", 1024 * 1024)
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    ledger = ErasureLedger(config)
+    n = 60_000  # digests are random: about 2 MB in one file, past the target
+    write_deltalake(ledger.path("t"), pa.table({
+        "event": ["tombstone"] * n, "partition": [0] * n, "offset": list(range(n)),
+        "keyDigest": [os.urandom(16) for _ in range(n)], "tombstoneTimeMs": [T0] * n,
+        "deadlineMs": [T0 + 60_000] * n, "target": [None] * n, "atMs": [T0] * n,
+    }, schema=ledger_module.LEDGER_SCHEMA), configuration=ledger_module.LEDGER_PROPERTIES)
+    history = DeltaTable(ledger.path("t")).file_uris()
+    assert Path(history[0].removeprefix("file://")).stat().st_size > 1024 * 1024
+
+    def events() -> list[dict[str, object]]:
+        rows = DeltaTable(ledger.path("t")).to_pyarrow_table().to_pylist()
+        return sorted(rows, key=lambda r: (r["event"], r["offset"], r["target"] or "",
+                                           r["atMs"]))
+
+    for i in range(ledger_module.COMPACT_AT_FILES - 1):  # 64 files, 63 of them small
+        ledger.record_done("t", "table", {0: i}, now_ms=T0 + i)
+    assert ledger.compact("t") == 0  # the large file does not count towards a pass
+    ledger.record_done("t", "log", {0: n - 1}, now_ms=T0 + 100)
+    before = events()
+    assert ledger.compact("t") == ledger_module.COMPACT_AT_FILES
+    files = DeltaTable(ledger.path("t")).file_uris()
+    assert len(files) == 2 and history[0] in files  # the history was not rewritten
+    assert events() == before
+
+    for i in range(ledger_module.COMPACT_AT_FILES):
+        ledger.record_done("t", "table", {0: n - 1}, now_ms=T0 + 200 + i)
+    before = events()
+    # the next pass takes the small files and the one the last pass wrote, not the history
+    assert ledger.compact("t") == ledger_module.COMPACT_AT_FILES + 1
+    files = DeltaTable(ledger.path("t")).file_uris()
+    assert len(files) == 2 and history[0] in files
+    assert events() == before
+    assert ledger.backlog("t", now_ms=T0 + 1000) == ErasureLedger(config).backlog(
+        "t", now_ms=T0 + 1000)
+    assert ledger.backlog("t", now_ms=T0 + 1000).pending == 0  # both targets through n - 1
 
 
 def test_the_backlog_follows_new_commits_through_compaction_and_checkpoints(
