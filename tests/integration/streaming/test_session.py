@@ -20,3 +20,18 @@ def test_driver_and_workers_allocate_arrow_memory_from_the_sessions_pool(spark: 
     assert pa.default_memory_pool().backend_name == DEFAULTS[ARROW_POOL]
     workers = spark.sparkContext.parallelize(range(4), 4).map(_backend).collect()
     assert workers == [DEFAULTS[ARROW_POOL]] * 4
+
+
+def test_sparks_per_task_buffers_are_ordinary_objects_in_the_driver_jvm(spark: Any) -> None:
+    """Each task's result is serialized into a 1 MiB buffer and each broadcast into blocks of
+    ``spark.broadcast.blockSize``; G1 allocates an object of half a region or more outside the
+    young generation. The session's JVM runs with regions that keep both inside it."""
+    jvm = spark.sparkContext._jvm
+    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert diagnostics.getVMOption("UseG1GC").getValue() == "true"
+    region = int(diagnostics.getVMOption("G1HeapRegionSize").getValue())
+    block = spark.sparkContext._jsc.sc().conf().getSizeAsBytes("spark.broadcast.blockSize")
+    header = 16  # a byte array's
+    assert 1024 * 1024 + header < region // 2, region
+    assert block + header < region // 2, (block, region)
