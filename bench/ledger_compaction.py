@@ -128,5 +128,6 @@ def main() -> None:
               f"{ours[-1][1] / 1e6:>14.1f}{theirs[-1][1] / 1e6:>10.1f}{ours[-1][2]:>7}"
               f"{theirs[-1][2]:>10}")
 
+
 if __name__ == "__main__":
     main()
