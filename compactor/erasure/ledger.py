@@ -148,10 +148,11 @@ class ErasureLedger:
         concurrent appends; vacuum deletes the replaced files after the grace, as any of our
         tables'. The caller holds the commit lock, so the rewrite is bounded in bytes."""
         table = open_table(self._path(topic), self._config.storage)
-        if table is None or len(table.file_uris()) < COMPACT_AT_FILES:
+        if table is None:
             return 0
         sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes")
-        if pc.sum(pc.less(sizes, COMPACT_TARGET_BYTES // 2)).as_py() < COMPACT_AT_FILES:
+        small = pc.sum(pc.less(sizes, COMPACT_TARGET_BYTES // 2), min_count=0).as_py()
+        if small < COMPACT_AT_FILES:
             return 0
         try:
             metrics = table.optimize.compact(

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 
 from compactor.erasure.ledger import ErasureLedger, key_digest
-from compactor.lake.layout import topic_paths
+from compactor.lake.layout import ensure_table, topic_paths
 from tests.lake import append, offline_config
 
 T0 = 1_700_000_000_000
@@ -154,12 +154,16 @@ def test_compaction_rewrites_the_small_files_and_leaves_a_long_history_alone(
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
     ledger = ErasureLedger(config)
+    assert ledger.compact("t") == 0  # no ledger yet
+    ensure_table(ledger.path("t"), ledger_module.LEDGER_SCHEMA, None,
+                 ledger_module.LEDGER_PROPERTIES, storage=config.storage)
+    assert ledger.compact("t") == 0  # a ledger without files
     n = 60_000  # digests are random: about 2 MB in one file, past the target
     write_deltalake(ledger.path("t"), pa.table({
         "event": ["tombstone"] * n, "partition": [0] * n, "offset": list(range(n)),
         "keyDigest": [os.urandom(16) for _ in range(n)], "tombstoneTimeMs": [T0] * n,
         "deadlineMs": [T0 + 60_000] * n, "target": [None] * n, "atMs": [T0] * n,
-    }, schema=ledger_module.LEDGER_SCHEMA), configuration=ledger_module.LEDGER_PROPERTIES)
+    }, schema=ledger_module.LEDGER_SCHEMA), mode="append")
     history = DeltaTable(ledger.path("t")).file_uris()
     assert Path(history[0].removeprefix("file://")).stat().st_size > 1024 * 1024
 
