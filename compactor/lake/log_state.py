@@ -14,7 +14,12 @@ Protocol of :meth:`LogFollower.view` (under the follower's lock):
 
 1. At the first call, or after step 4: open the table with delta-rs at its latest version
    and take its files and table id; app transactions are looked up in that snapshot
-   when first asked for.
+   when first asked for. The delta-rs table is opened again at each checkpoint this process
+   writes (and, for commits delta-rs makes, once a checkpoint interval has passed), never
+   advanced past one: a delta-rs table advanced in place (deltalake 1.6) keeps every commit
+   since it was opened, in memory and in the work of each further advance, until log
+   cleanup deletes the commit files (``bench/log_follower.py``). Our files and positions
+   are kept: that table is only where positions we never saw move are looked up.
 2. Read ``<version + 1>.json``, ``<version + 2>.json``, ... until one does not exist; apply
    each commit's ``remove`` (the file leaves), ``add`` (the file joins) and ``txn`` (the
    position moves) actions in order, and mark the partitions they touch.
@@ -42,6 +47,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
@@ -85,6 +91,7 @@ class LogFollower:
         self._storage = storage
         self._lock = threading.Lock()
         self._base: DeltaTable | None = None
+        self.base_opened_at = -1  # the version self._base was opened at: for tests, benchmarks
         self._version = -1
         self._table_id = ""
         # (partition, segment) -> path -> file; a path's (partition, segment); built segments
@@ -114,10 +121,12 @@ class LogFollower:
         """This follower's delta-rs table, brought to the latest version, for a commit.
 
         delta-rs advances a loaded table by the new commits (``update_incremental``) for less
-        than a fresh open costs. Callers commit under the run's commit lock, so nothing else
-        moves the table between this call and their commit. Only here and in a checkpoint
-        (:meth:`append`) is the table moved, under the follower's lock, and both then read
-        every newer commit file, as :meth:`view` does before it looks a position up in it, so
+        than a fresh open costs, until a checkpoint interval has passed since it was opened:
+        then it is opened again, from the newest checkpoint (step 1). Callers commit under the
+        run's commit lock, so nothing else moves the table between this call and their
+        commit. Only here and in a checkpoint (:meth:`append`) is the table moved, under the
+        follower's lock; here every newer commit file is then read, as :meth:`view` does
+        before it looks a position up in it, and a checkpoint opens it at our own version, so
         a lookup never sees a version the view has not reached.
         """
         with self._lock:
@@ -125,7 +134,16 @@ class LogFollower:
                 raise LakeError(f"lake log {self.uri} does not exist")
             assert self._base is not None
             try:
-                self._base.update_incremental()
+                if self._version - self.base_opened_at >= self._checkpoint_interval:
+                    fresh = self._storage.table(self.uri)
+                    if str(fresh.metadata().id) != self._table_id:
+                        raise Overtaken
+                    self._base, self.base_opened_at = fresh, fresh.version()
+                else:
+                    self._base.update_incremental()
+            except (TableNotFoundError, Overtaken):
+                if not self._load():  # gone, or replaced by another table
+                    raise LakeError(f"lake log {self.uri} does not exist") from None
             except Exception as exc:  # delta-rs raises several classes for a broken log
                 raise LakeError(f"cannot read Delta table {self.uri}: {exc}") from exc
             try:
@@ -186,21 +204,21 @@ class LogFollower:
                            f"e.g. {gone[0]}")
 
     def _checkpoint(self, version: int) -> None:
-        """Step 6: delta-rs writes the checkpoint from its snapshot, brought to the latest
-        version, then deletes commit files past the log retention; then temporary commit
-        files a dead writer left are swept."""
-        assert self._base is not None
+        """Step 6: delta-rs opens the table at ``version`` (our commit: the last checkpoint
+        and the commits since), writes the checkpoint from it and deletes commit files past
+        the log retention; that table becomes the follower's (step 1 of this module's
+        protocol). Then temporary commit files a dead writer left are swept."""
         try:
-            self._base.update_incremental()
-            self._base.create_checkpoint()
-            self._base.cleanup_metadata()
+            table = self._storage.table(self.uri, version=version)
+            table.create_checkpoint()
+            table.cleanup_metadata()
         except Exception as exc:  # a missed checkpoint costs readers time, never data
             log.warning("checkpoint of %s at version %d failed (%s); the next one due "
                         "retries", self.uri, version, exc)
-        try:  # the table moved: positions looked up in it must not be newer than ours
-            self._advance()
-        except Overtaken:
-            self._base = None
+        else:  # another table under the same path (replaced): start over at the next look
+            same = str(table.metadata().id) == self._table_id
+            self._base = table if same else None
+            self.base_opened_at = version
         try:
             stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
                                              time.time())
@@ -249,7 +267,7 @@ class LogFollower:
         actions = pa.table(table.get_add_actions(flatten=True))
         files = _files_from_actions(actions) if actions.num_rows else []
         self._base = table
-        self._version = table.version()
+        self._version = self.base_opened_at = table.version()
         self._table_id = str(table.metadata().id)
         self._plain = table.protocol().min_writer_version in _PLAIN_WRITER_VERSIONS
         self._configure(table.metadata().configuration)
