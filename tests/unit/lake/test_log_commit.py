@@ -126,6 +126,37 @@ def test_checkpoints_are_written_at_the_interval_and_expired_commit_files_remove
     assert dict(LogFollower(root, LOCAL).view().partitions) == dict(read_partition_logs(table))
 
 
+def test_the_followers_delta_rs_table_starts_from_the_newest_checkpoint(tmp_path: Path) -> None:
+    """A delta-rs table advanced in place keeps every commit since it was opened (deltalake
+    1.6), so a follower running for months opens it again at each checkpoint: through our own
+    commit files, and through delta-rs's commits once an interval has passed. Positions
+    looked up in it stay the committed ones."""
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    DeltaTable(root).alter.set_table_properties({"delta.checkpointInterval": "5"})
+    follower = LogFollower(root, LOCAL)
+    for offset in range(12):  # versions 2..13: our checkpoints at 5 and 10
+        _append(follower, [_file(root, 0, 0, range(offset, offset + 1))],
+                [INGEST.moved_to(offset, 0)])
+    assert follower.base_opened_at == 10
+    table = follower.table_for_commit()
+    assert table.version() == 13 and follower.position(INGEST.id(0)) == 11
+    assert follower.base_opened_at == 10 and follower.full_loads == 1
+
+    DeltaTable(root).alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    opened = set()
+    for offset in range(12, 24):  # versions 15..26, committed by delta-rs
+        assert _append(follower, [_file(root, 0, 0, range(offset, offset + 1))],
+                       [INGEST.moved_to(offset, 0)]) is None
+        opened.add(follower.base_opened_at)
+        assert DeltaTable(root).version() - follower.base_opened_at <= 5
+    assert len(opened) >= 3 and follower.full_loads == 1
+    table = follower.table_for_commit()
+    assert table.version() == 26 and INGEST.read(table, 0) == 23
+    assert follower.position(INGEST.id(0)) == 23
+    assert dict(follower.view().partitions) == dict(read_partition_logs(DeltaTable(root)))
+
+
 def test_a_table_with_features_we_do_not_write_is_committed_by_delta_rs(tmp_path: Path) -> None:
     root = str(tmp_path / "log")
     ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
