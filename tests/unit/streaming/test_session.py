@@ -25,3 +25,13 @@ def test_the_default_pool_is_one_this_pyarrow_has() -> None:
         assert pa.default_memory_pool().backend_name == DEFAULTS[ARROW_POOL]
     finally:
         pa.set_memory_pool(before)
+
+
+def test_a_jvm_option_is_added_only_when_the_jvm_starts_with_it() -> None:
+    """The native-heap trim needs Java 17.0.9 or newer; an older JVM refuses the option and
+    would not start, so the session probes the JVM Spark will launch first."""
+    from streaming.session import NATIVE_TRIM, _jvm_accepts
+
+    assert _jvm_accepts("-XX:G1HeapRegionSize=4m")
+    assert not _jvm_accepts("-XX:TrimNativeHeapIntervalTypo=10000")
+    assert _jvm_accepts(NATIVE_TRIM)  # this machine's Java 17 is 17.0.15
