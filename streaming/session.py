@@ -67,14 +67,8 @@ DEFAULTS = {
     # them started three in five of the driver JVM's collections and moved its heap sizing.
     # 4 MiB regions and 1 MiB blocks make them ordinary short-lived objects. Spark's
     # defaultJavaOptions come before a user's extraJavaOptions, which keep working.
-    # GCTimeRatio: G1 grows the heap when a few collections in a row take more than a share
-    # of the time, 1/(1 + GCTimeRatio), scaled down by how far the heap is below half of
-    # -Xmx: 2% for the driver's ~140 MB of 1 GB, which a burst of collections (a cleaning
-    # pass) passes while the run's long-term share is 0.5-1%; in a soak G1 then grew the heap
-    # by 28 MB after 16 minutes and kept it (its log: short-term 3.5%, threshold 2.04%). At 4
-    # (20%, scaled: ~5%) such bursts leave the heap as it is; a sustained share still grows it.
-    "spark.driver.defaultJavaOptions": "-XX:G1HeapRegionSize=4m -XX:GCTimeRatio=4",
-    "spark.executor.defaultJavaOptions": "-XX:G1HeapRegionSize=4m -XX:GCTimeRatio=4",
+    "spark.driver.defaultJavaOptions": "-XX:G1HeapRegionSize=4m",
+    "spark.executor.defaultJavaOptions": "-XX:G1HeapRegionSize=4m",
     "spark.broadcast.blockSize": "1m",
 }
 
