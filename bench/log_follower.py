@@ -29,6 +29,9 @@ from pathlib import Path
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory import _rss_mb  # noqa: E402
 
 from checkpoints import INGEST  # noqa: E402
 from compactor.lake import log_commit, operations  # noqa: E402
@@ -59,14 +62,6 @@ class InPlace(LogFollower):
         self._advance()
 
 
-def _anon_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def one_way(way: str, commits: int) -> dict[str, list[float]]:
     root = tempfile.mkdtemp(prefix="log-follower-") + "/log"
     ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
@@ -89,7 +84,7 @@ def one_way(way: str, commits: int) -> dict[str, list[float]]:
         elapsed = (time.perf_counter() - started) * 1000
         (checkpoints if version is not None and version % CHECKPOINT_INTERVAL == 0
          else others).append((offset, elapsed))
-        memory.append(_anon_mb())
+        memory.append(_rss_mb("RssAnon"))
     n = max(1, commits // 10)
 
     def by_tenth(samples: list[tuple[int, float]]) -> list[float]:
