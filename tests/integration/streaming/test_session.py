@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from streaming.session import ARROW_POOL, DEFAULTS
+from streaming.session import ARROW_POOL, DEFAULTS, heap_floor_mib
 
 
 def _backend(_: int) -> str:
@@ -44,3 +44,17 @@ def test_the_driver_jvm_gives_back_the_native_memory_it_frees(spark: Any) -> Non
     diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
     assert int(diagnostics.getVMOption("TrimNativeHeapInterval").getValue()) == 10_000
+
+
+def test_the_driver_heap_is_not_shrunk_below_its_floor(spark: Any) -> None:
+    """G1 shrinks a heap with little live data and grows it again in steps under bursts of
+    collections; the session gives the driver a floor (a quarter of its heap) so the heap is
+    sized once, at the start. A full collection, which shrinks the heap as far as it may, leaves
+    the floor committed."""
+    jvm = spark.sparkContext._jvm
+    memory = spark.sparkContext._jsc.sc().conf().get("spark.driver.memory", "1g")
+    floor = heap_floor_mib(memory)
+    assert floor is not None
+    jvm.java.lang.System.gc()
+    heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
+    assert heap.getCommitted() >= floor * 1024 * 1024, (heap.getCommitted(), floor)

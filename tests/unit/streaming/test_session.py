@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from streaming.exceptions import StreamingError
-from streaming.session import ARROW_POOL, DEFAULTS, build_session, use_arrow_pool
+from streaming.session import ARROW_POOL, DEFAULTS, build_session, heap_floor_mib, use_arrow_pool
 
 
 def test_an_unknown_arrow_pool_is_refused_by_name_before_spark_starts() -> None:
@@ -35,3 +35,19 @@ def test_a_jvm_option_is_added_only_when_the_jvm_starts_with_it() -> None:
     assert _jvm_accepts("-XX:G1HeapRegionSize=4m")
     assert not _jvm_accepts("-XX:TrimNativeHeapIntervalTypo=10000")
     assert _jvm_accepts(NATIVE_TRIM)  # this machine's Java 17 is 17.0.15
+
+
+@pytest.mark.parametrize(("driver_memory", "floor"), [
+    ("1g", 256), ("1G", 256), ("2048", 512), ("512m", 128), ("4gb", 1024), (" 8g ", 2048),
+])
+def test_the_driver_heap_floor_is_a_quarter_of_spark_driver_memory(driver_memory: str,
+                                                                   floor: int) -> None:
+    """Read as Spark reads spark.driver.memory: a whole number, MiB when it has no unit."""
+    assert heap_floor_mib(driver_memory) == floor
+
+
+@pytest.mark.parametrize("driver_memory", ["1.5g", "lots", "1024b", "3m", ""])
+def test_no_floor_for_a_memory_spark_refuses_or_a_heap_too_small_to_need_one(
+        driver_memory: str) -> None:
+    """Spark's own error names a value it refuses; a floor under 1 MiB would mean nothing."""
+    assert heap_floor_mib(driver_memory) is None
