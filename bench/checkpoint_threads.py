@@ -21,22 +21,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workloads import rss_mb  # noqa: E402
 
 BASELINE = 100
 
 
 def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def one(interval: int, commits: int, operation: str) -> dict[str, float]:
@@ -57,7 +55,7 @@ def one(interval: int, commits: int, operation: str) -> dict[str, float]:
              .when_matched_update_all().when_not_matched_insert_all().execute())
         most = max(most, _threads())
     return {"ms per commit": (time.perf_counter() - started) / commits * 1000,
-            "most threads": most, "threads at the end": _threads(), "RSS MB": _rss_mb()}
+            "most threads": most, "threads at the end": _threads(), "RSS MB": rss_mb()}
 
 
 def main() -> None:

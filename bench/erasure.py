@@ -46,7 +46,7 @@ def marker(key: int) -> bytes:
 def _decoded(path: Path) -> bytes:
     """Every binary and string value of a Parquet file, joined: compression hides nothing."""
     table = pq.read_table(path)
-    parts = []
+    parts: list[bytes | str] = []
     for column in table.columns:
         if pa.types.is_binary(column.type) or pa.types.is_binary_view(column.type) or \
                 pa.types.is_string(column.type) or pa.types.is_large_binary(column.type):

@@ -30,7 +30,7 @@ from deltalake import CommitProperties, write_deltalake
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory import _rss_mb  # noqa: E402
+from workloads import rss_mb  # noqa: E402
 
 from checkpoints import LEDGER  # noqa: E402
 from compactor.config import build_config, with_topic_configs  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
           f"{'ratio':>8}")
     print(f"{'followed ledger vs full read, ms':<52}{followed_ms:>10.1f}{full_ms:>10.1f}"
           f"{followed_ms / full_ms:>7.3f}x")
-    print(f"{'resident memory at the end, MB':<52}{_rss_mb('VmRSS'):>10.0f}")
+    print(f"{'resident memory at the end, MB':<52}{rss_mb('VmRSS'):>10.0f}")
 
 
 if __name__ == "__main__":

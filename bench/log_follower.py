@@ -31,7 +31,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory import _rss_mb  # noqa: E402
+from workloads import rss_mb  # noqa: E402
 
 from checkpoints import INGEST  # noqa: E402
 from compactor.lake import log_commit, operations  # noqa: E402
@@ -84,7 +84,7 @@ def one_way(way: str, commits: int) -> dict[str, list[float]]:
         elapsed = (time.perf_counter() - started) * 1000
         (checkpoints if version is not None and version % CHECKPOINT_INTERVAL == 0
          else others).append((offset, elapsed))
-        memory.append(_rss_mb("RssAnon"))
+        memory.append(rss_mb("RssAnon"))
     n = max(1, commits // 10)
 
     def by_tenth(samples: list[tuple[int, float]]) -> list[float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from workloads import rss_mb
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
 from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
@@ -105,21 +106,15 @@ def _instrument(peaks: dict[str, float]) -> None:
         @functools.wraps(step)
         def measured(*args: Any, _step: Any = step, _name: str = name, **kwargs: Any) -> Any:
             clear.write_text("5")  # VmHWM := VmRSS
-            start = _rss_mb("VmRSS")
+            start = rss_mb("VmRSS")
             try:
                 return _step(*args, **kwargs)
             finally:
-                peaks[_name] = max(peaks.get(_name, 0.0), _rss_mb("VmHWM") - start)
+                peaks[_name] = max(peaks.get(_name, 0.0), rss_mb("VmHWM") - start)
                 clear.write_text("5")
 
         setattr(owner, leaf, measured)
 
-
-def _rss_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:
@@ -153,11 +148,11 @@ def main() -> None:
     steps: dict[str, float] = {}
     if args.steps:
         _instrument(steps)
-    before = _rss_mb("VmRSS")  # the interpreter with every library loaded, before the task
+    before = rss_mb("VmRSS")  # the interpreter with every library loaded, before the task
     started = time.perf_counter()
     reports = LogMaintenance(None, config).run_until_idle()
     seconds = time.perf_counter() - started
-    peak = _rss_mb("VmHWM")
+    peak = rss_mb("VmHWM")
     stats = [o.result.stats for r in reports for o in r.cleaned if o.result is not None]
     print(json.dumps({
         "rss_before_mb": before, "rss_peak_mb": peak, "seconds": seconds,

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from workloads import create_topic  # noqa: E402
+from workloads import create_topic, status_kb  # noqa: E402
 
 from checkpoints import INGEST  # noqa: E402
 from compactor.config import build_config  # noqa: E402
@@ -69,19 +69,6 @@ PARTITIONS = 4
 # A data file's columns: the log's, less the partition columns (they are directories).
 LOG_FILE_SCHEMA = pa.schema([f for f in KAFKA_SCHEMA if f.name != "partition"]
                             + [pa.field("deleteHorizonMs", pa.int64())])
-
-
-def _rss_kb(pid: int) -> dict[str, int]:
-    """The resident-memory figures of ``/proc/<pid>/status``, in kB, read at once (none once
-    the process has exited): ``VmRSS`` is ``RssAnon`` (the heap, stacks, allocator arenas:
-    what a leak would grow) plus ``RssFile`` (pages of mapped files, mostly shared libraries'
-    code, resident from the first time a code path runs) plus ``RssShmem``."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return {}
-    return {name: int(rest.split()[0]) for name, _, rest in (line.partition(":") for line in lines)
-            if name in ("VmRSS", "RssAnon", "RssFile", "RssShmem")}
 
 
 def _children(pid: int) -> list[int]:
@@ -116,7 +103,7 @@ def memory_mb() -> dict[str, float]:
     driver as a worker (as runs before 2026-11-24 did) put the broker's growth in the
     workers' row."""
     me = os.getpid()
-    driver = _rss_kb(me)
+    driver = status_kb(me)
     out = {"driver MB": driver.get("VmRSS", 0) / 1024,
            # the split says whether a rise is memory allocated or library code paged in
            "driver anon MB": driver.get("RssAnon", 0) / 1024,
@@ -132,13 +119,13 @@ def memory_mb() -> dict[str, float]:
         except OSError:
             continue
         if b"java" in exe:
-            jvm = _rss_kb(pid)
+            jvm = status_kb(pid)
             out["jvm MB"] += jvm.get("VmRSS", 0) / 1024
             out["jvm anon MB"] += jvm.get("RssAnon", 0) / 1024
             for worker in _descendants(pid):
-                sizes.append(_rss_kb(worker).get("VmRSS", 0) / 1024)
+                sizes.append(status_kb(worker).get("VmRSS", 0) / 1024)
         elif b"tansu" in exe:
-            out["broker MB"] += _rss_kb(pid).get("VmRSS", 0) / 1024
+            out["broker MB"] += status_kb(pid).get("VmRSS", 0) / 1024
     out["workers MB"] = sum(sizes)
     return out | {"worker processes": float(len(sizes)),
                   "largest worker MB": max(sizes, default=0.0)}

@@ -116,6 +116,25 @@ def bytes_added(table_root: Path) -> int:
     return total
 
 
+def status_kb(pid: int | str = "self") -> dict[str, int]:
+    """The memory figures of ``/proc/<pid>/status`` in kB, read at once (none once the process
+    has exited): ``VmRSS`` is ``RssAnon`` (the heap, stacks, allocator arenas: what a leak
+    would grow) plus ``RssFile`` (pages of mapped files, mostly shared libraries' code,
+    resident from the first time a code path runs) plus ``RssShmem``; ``VmHWM`` is its peak."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {name: int(rest.split()[0]) for name, _, rest in (line.partition(":") for line in lines)
+            if rest.strip().endswith(" kB")}
+
+
+def rss_mb(field: str = "VmRSS") -> float:
+    """One figure of this process's ``status_kb``, in MB."""
+    kb = status_kb().get(field)
+    return float("nan") if kb is None else kb / 1024
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set size (Linux reports KiB)."""
     import resource
