@@ -118,7 +118,7 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
     }
     if DRIVER_JAVA_OPTIONS not in (spark_conf or {}):
         conf[DRIVER_JAVA_OPTIONS] = _driver_java_options(
-            conf[DRIVER_JAVA_OPTIONS], conf.get(DRIVER_MEMORY, SPARK_DEFAULT_DRIVER_MEMORY))
+            conf[DRIVER_JAVA_OPTIONS], driver_memory(conf, os.environ))
     os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     use_arrow_pool(conf[ARROW_POOL])
     builder = SparkSession.builder
@@ -141,6 +141,17 @@ def _driver_java_options(options: str, driver_memory: str) -> str:
     if _jvm_accepts(NATIVE_TRIM):
         options = f"{options} {NATIVE_TRIM}"
     return options
+
+
+def driver_memory(conf: Mapping[str, str], environ: Mapping[str, str]) -> str:
+    """The driver's heap as ``spark-submit`` picks it: the conf, then the SPARK_DRIVER_MEMORY
+    and SPARK_MEM environment variables, then Spark's default; a floor above it would stop
+    the JVM from starting."""
+    for value in (conf.get(DRIVER_MEMORY), environ.get("SPARK_DRIVER_MEMORY"),
+                  environ.get("SPARK_MEM")):
+        if value:
+            return value
+    return SPARK_DEFAULT_DRIVER_MEMORY
 
 
 def heap_floor_mib(driver_memory: str) -> int | None:

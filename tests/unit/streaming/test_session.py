@@ -6,7 +6,14 @@ import pyarrow as pa
 import pytest
 
 from streaming.exceptions import StreamingError
-from streaming.session import ARROW_POOL, DEFAULTS, build_session, heap_floor_mib, use_arrow_pool
+from streaming.session import (
+    ARROW_POOL,
+    DEFAULTS,
+    build_session,
+    driver_memory,
+    heap_floor_mib,
+    use_arrow_pool,
+)
 
 
 def test_an_unknown_arrow_pool_is_refused_by_name_before_spark_starts() -> None:
@@ -51,3 +58,14 @@ def test_no_floor_for_a_memory_spark_refuses_or_a_heap_too_small_to_need_one(
         driver_memory: str) -> None:
     """Spark's own error names a value it refuses; a floor under 1 MiB would mean nothing."""
     assert heap_floor_mib(driver_memory) is None
+
+
+def test_the_floor_follows_the_heap_spark_submit_picks() -> None:
+    """A floor above the heap stops the JVM from starting, so the floor reads the heap where
+    spark-submit does: the conf first, then SPARK_DRIVER_MEMORY, then SPARK_MEM."""
+    env = {"SPARK_DRIVER_MEMORY": "200m", "SPARK_MEM": "2g"}
+    assert driver_memory({"spark.driver.memory": "4g"}, env) == "4g"
+    assert driver_memory({}, env) == "200m"
+    assert heap_floor_mib(driver_memory({}, env)) == 50
+    assert driver_memory({}, {"SPARK_MEM": "2g"}) == "2g"
+    assert driver_memory({}, {}) == "1g"
