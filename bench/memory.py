@@ -116,7 +116,6 @@ def _instrument(peaks: dict[str, float]) -> None:
         setattr(owner, leaf, measured)
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lake", type=Path, required=True,

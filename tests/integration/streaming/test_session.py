@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pyarrow as pa
 
-from streaming.session import ARROW_POOL, DEFAULTS, heap_floor_mib
+from streaming.session import ARROW_POOL, DEFAULTS, driver_memory, heap_floor_mib
 
 
 def _backend(_: int) -> str:
@@ -52,8 +53,10 @@ def test_the_driver_heap_is_not_shrunk_below_its_floor(spark: Any) -> None:
     sized once, at the start. A full collection, which shrinks the heap as far as it may, leaves
     the floor committed."""
     jvm = spark.sparkContext._jvm
-    memory = spark.sparkContext._jsc.sc().conf().get("spark.driver.memory", "1g")
-    floor = heap_floor_mib(memory)
+    conf = spark.sparkContext._jsc.sc().conf()
+    set_memory = {"spark.driver.memory": conf.get("spark.driver.memory")} \
+        if conf.contains("spark.driver.memory") else {}
+    floor = heap_floor_mib(driver_memory(set_memory, os.environ))
     assert floor is not None
     jvm.java.lang.System.gc()
     heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
