@@ -47,6 +47,15 @@ def test_the_driver_jvm_gives_back_the_native_memory_it_frees(spark: Any) -> Non
     assert int(diagnostics.getVMOption("TrimNativeHeapInterval").getValue()) == 10_000
 
 
+def test_the_driver_jvm_compiles_with_c1_only(spark: Any) -> None:
+    """C2's code cache and metaspace kept growing for a whole soak; the driver JVM, which only
+    coordinates, stops at C1 (level 1) unless the user asks for more."""
+    jvm = spark.sparkContext._jvm
+    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert int(diagnostics.getVMOption("TieredStopAtLevel").getValue()) == 1  # HotSpot's is 4
+
+
 def test_the_driver_heap_is_not_shrunk_below_its_floor(spark: Any) -> None:
     """G1 shrinks a heap with little live data and grows it again in steps under bursts of
     collections; the session gives the driver a floor (a quarter of its heap) so the heap is
