@@ -5,14 +5,14 @@
 
 Continuous mode: the embedded broker, a compacted and a delete-policy topic of 4 partitions
 each, a producer writing ``--rate`` records a second to each (updates of ``--keys`` keys, 1%
-tombstones on the compacted one), and ``compactor run``'s engine with a 1 s trigger, in this
-process. Every ``--sample`` seconds it records each micro-batch's time (Spark's own progress
-reports), the log's data files per partition and per segment, the ``_delta_log`` files of
-each table, the resident memory of the driver, its JVM, Spark's Python workers and the
-embedded broker (apart: its in-memory store keeps every record produced), the consumer lag,
-and the broker's own answer time for ListOffsets. It prints the first 10% of the run against
-the last 10%, the micro-batch time and memory by tenth of the run, and memory's slope over the
-run's second half.
+tombstones on the compacted one) from a process of its own, and ``compactor run``'s engine
+with a 1 s trigger, in this process. Every ``--sample`` seconds it records each micro-batch's
+time (Spark's own progress reports), the log's data files per partition and per segment,
+the ``_delta_log`` files of each table, the resident memory of the driver, its JVM, Spark's
+Python workers and the embedded broker (apart: its in-memory store keeps every record
+produced), the consumer lag, and the broker's own answer time for ListOffsets. It prints the
+first 10% of the run against the last 10%, the micro-batch time and memory by tenth of the
+run, and memory's slope over the run's second half.
 
 The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
 and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import os
 import statistics
 import sys
@@ -165,30 +166,48 @@ def lake_files(lake: Path, topic: str,
     return figures
 
 
-class Producer(threading.Thread):
-    """``rate`` records a second to each topic, sent once a second, until stopped."""
+def _produce(bootstrap: str, topics: list[str], rate: int, keys: int, sent: Any,
+             stop: Any) -> None:
+    """The producer's loop: ``rate`` records a second to each topic, sent once a second."""
+    i = 0
+    per_tick = max(1, rate)
+    while not stop.is_set():
+        tick = time.monotonic()
+        for topic in topics:
+            records = []
+            for _ in range(per_tick):
+                key = b"user-%06d" % (i * 7919 % keys)
+                value = None if "compact" in topic and i % 100 == 0 else b"v" * 100
+                records.append(Record(key, value, partition_for(key, PARTITIONS)))
+                i += 1
+            produce(bootstrap, topic, records)
+            with sent.get_lock():
+                sent.value += len(records)
+        stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+
+class Producer:
+    """The steady producer, in a process of its own, as a user's producers are. Run in the
+    driver (before 2026-11-26), its librdkafka producers, two a second with their threads
+    and allocations, were counted in the driver's memory and threads."""
 
     def __init__(self, bootstrap: str, topics: list[str], rate: int, keys: int) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topics, self.rate, self.keys = bootstrap, topics, rate, keys
-        self.stop = threading.Event()
-        self.sent = 0
+        context = multiprocessing.get_context("spawn")  # no fork of a process with a JVM link
+        self.stop = context.Event()
+        self._sent = context.Value("q", 0)
+        self._process = context.Process(
+            target=_produce, args=(bootstrap, topics, rate, keys, self._sent, self.stop),
+            name="soak-producer", daemon=True)
 
-    def run(self) -> None:
-        i = 0
-        per_tick = max(1, self.rate)
-        while not self.stop.is_set():
-            tick = time.monotonic()
-            for topic in self.topics:
-                records = []
-                for _ in range(per_tick):
-                    key = b"user-%06d" % (i * 7919 % self.keys)
-                    value = None if "compact" in topic and i % 100 == 0 else b"v" * 100
-                    records.append(Record(key, value, partition_for(key, PARTITIONS)))
-                    i += 1
-                produce(self.bootstrap, topic, records)
-                self.sent += len(records)
-            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+    def start(self) -> None:
+        self._process.start()
+
+    def join(self, timeout: float) -> None:
+        self._process.join(timeout)
+
+    @property
+    def sent(self) -> int:
+        return int(self._sent.value)
 
 
 def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
@@ -309,6 +328,7 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         if traced:
             _python_growth(traced[0], tracemalloc.take_snapshot())
         producer.stop.set()
+        producer.join(30)
         service.request_stop()
         thread.join(120)
     _report(samples, batches, producer.sent)
@@ -485,6 +505,7 @@ def fixed_cost(args: argparse.Namespace, work: Path) -> None:
                 time.sleep(2)
                 _batch_times(batches, parts)
             producer.stop.set()
+            producer.join(30)
             service.request_stop()
             thread.join(120)
             steady = [batches[i] for i in sorted(batches)[3:]]  # past the query's warm-up
