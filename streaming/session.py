@@ -46,7 +46,6 @@ def _default_pool() -> str:
     return "jemalloc" if "jemalloc" in _available_pools() else "system"
 
 
-# Small, predictable defaults for one machine; every key can be overridden with spark.*.
 # The driver JVM compiles with C1 only. It coordinates (plans, tracks offsets, hands Arrow
 # batches between Python processes); the mirror's heavy work runs in Python workers and
 # delta-rs. C2 kept compiling for the whole of a 30-minute soak: its code cache 23 -> 60 MB
@@ -57,6 +56,7 @@ def _default_pool() -> str:
 # spark.driver.extraJavaOptions, which the JVM reads after these.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
+# Small, predictable defaults for one machine; every key can be overridden with spark.*.
 DEFAULTS = {
     "spark.master": "local[*]",
     "spark.app.name": "kafka-lake-compactor",
