@@ -7,13 +7,26 @@ from typing import Any
 
 import pyarrow as pa
 
-from streaming.session import ARROW_POOL, DEFAULTS, driver_memory, heap_floor_mib
+from streaming.session import (
+    ARROW_POOL,
+    DEFAULTS,
+    DRIVER_MEMORY,
+    driver_memory,
+    heap_floor_mib,
+)
 
 
 def _backend(_: int) -> str:
     import pyarrow
 
     return str(pyarrow.default_memory_pool().backend_name)
+
+
+def _vm_options(spark: Any) -> Any:
+    """The driver JVM's HotSpotDiagnosticMXBean: the options it runs with."""
+    jvm = spark.sparkContext._jvm
+    return jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
 
 
 def test_driver_and_workers_allocate_arrow_memory_from_the_sessions_pool(spark: Any) -> None:
@@ -27,9 +40,7 @@ def test_sparks_per_task_buffers_are_ordinary_objects_in_the_driver_jvm(spark: A
     """Each task's result is serialized into a 1 MiB buffer and each broadcast into blocks of
     ``spark.broadcast.blockSize``; G1 allocates an object of half a region or more outside the
     young generation. The session's JVM runs with regions that keep both inside it."""
-    jvm = spark.sparkContext._jvm
-    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    diagnostics = _vm_options(spark)
     assert diagnostics.getVMOption("UseG1GC").getValue() == "true"
     region = int(diagnostics.getVMOption("G1HeapRegionSize").getValue())
     block = spark.sparkContext._jsc.sc().conf().getSizeAsBytes("spark.broadcast.blockSize")
@@ -41,18 +52,14 @@ def test_sparks_per_task_buffers_are_ordinary_objects_in_the_driver_jvm(spark: A
 def test_the_driver_jvm_gives_back_the_native_memory_it_frees(spark: Any) -> None:
     """A mirror runs for months: the driver JVM trims glibc's heap (what the JIT and
     Spark's native buffers free). The JVM here is 17.0.9 or newer, which knows the option."""
-    jvm = spark.sparkContext._jvm
-    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    diagnostics = _vm_options(spark)
     assert int(diagnostics.getVMOption("TrimNativeHeapInterval").getValue()) == 10_000
 
 
 def test_the_driver_jvm_compiles_with_c1_only(spark: Any) -> None:
     """C2's code cache and metaspace kept growing for a whole soak; the driver JVM, which only
     coordinates, stops at C1 (level 1) unless the user asks for more."""
-    jvm = spark.sparkContext._jvm
-    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    diagnostics = _vm_options(spark)
     assert int(diagnostics.getVMOption("TieredStopAtLevel").getValue()) == 1  # HotSpot's is 4
 
 
@@ -63,8 +70,7 @@ def test_the_driver_heap_is_not_shrunk_below_its_floor(spark: Any) -> None:
     the floor committed."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.sc().conf()
-    set_memory = {"spark.driver.memory": conf.get("spark.driver.memory")} \
-        if conf.contains("spark.driver.memory") else {}
+    set_memory = {DRIVER_MEMORY: conf.get(DRIVER_MEMORY)} if conf.contains(DRIVER_MEMORY) else {}
     floor = heap_floor_mib(driver_memory(set_memory, os.environ))
     assert floor is not None
     jvm.java.lang.System.gc()
