@@ -10,9 +10,10 @@ with a 1 s trigger, in this process. Every ``--sample`` seconds it records each 
 time (Spark's own progress reports), the log's data files per partition and per segment,
 the ``_delta_log`` files of each table, the resident memory of the driver, its JVM, Spark's
 Python workers and the embedded broker (apart: its in-memory store keeps every record
-produced), the consumer lag, and the broker's own answer time for ListOffsets. It prints the
-first 10% of the run against the last 10%, the micro-batch time and memory by tenth of the
-run, and memory's slope over the run's second half.
+produced), the consumer lag, and the broker's own answer time for ListOffsets. The run's clock
+starts at the mirror's first micro-batch. It prints the first 10% of the run against the last
+10%, the micro-batch time and memory by tenth of the run, and memory's slope over the run's
+second half.
 
 The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
 and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
@@ -96,6 +97,17 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _tokio_threads(pid: int) -> int:
+    """Threads of delta-rs's tokio runtime (its workers and blocking pool share the name)."""
+    count = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            count += Path(f"/proc/{pid}/task/{task}/comm").read_text().startswith("tokio")
+        except OSError:
+            continue  # the thread has exited
+    return count
+
+
 def memory_mb() -> dict[str, float]:
     """Resident memory of this driver, its JVM, Spark's Python workers (the JVM's descendants:
     their sum, how many, the largest, so that more workers and a growing worker differ) and
@@ -112,7 +124,8 @@ def memory_mb() -> dict[str, float]:
            "jvm MB": 0.0, "jvm anon MB": 0.0, "workers MB": 0.0, "broker MB": 0.0,
            # delta-rs's tokio blocking pool keeps the threads a burst of reads made: each holds
            # a stack and an allocator cache, so the count is part of the driver's memory story
-           "driver threads": float(len(os.listdir(f"/proc/{me}/task")))}
+           "driver threads": float(len(os.listdir(f"/proc/{me}/task"))),
+           "driver tokio threads": float(_tokio_threads(me))}
     sizes = []
     for pid in _children(me):
         try:
@@ -299,6 +312,7 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         _capture_steps(parts)
         offsets = OffsetReader({"bootstrap.servers": broker.bootstrap_servers})
         tps = [(t, p) for t in (compact, delete) for p in range(PARTITIONS)]
+        _await_first_batch(thread, parts)
         started = time.monotonic()
         end = started + args.minutes * 60
         traced: list[Any] = []  # --tracemalloc: snapshots after the first tenth and at the end
@@ -336,6 +350,27 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
     k = max(1, len(ids) // 10)
     print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
     _print_parts(parts, ids[:k], ids[-k:])
+
+
+def _await_first_batch(thread: threading.Thread, parts: dict[int, dict[str, float]],
+                       timeout_s: float = 300.0) -> None:
+    """Start the run's clock at the mirror's first micro-batch. Before it the service is
+    starting (the JVM loading classes, Spark forking its Python workers; the driver ~185 MB at
+    10 s against ~270 MB a minute in), and a sample from then in the first tenth measured the
+    start, not whether the running mirror stays flat: runs before 2026-11-26 (third session)
+    had one such sample, which alone took the driver's first-tenth mean ~5 MB lower. The
+    mirror's own batch record (``parts``) says a batch ran without asking Spark, whose session
+    this thread must not create before the service has."""
+    began = time.monotonic()
+    while not parts:
+        if not thread.is_alive() or time.monotonic() - began > timeout_s:
+            raise SystemExit(f"the mirror ran no micro-batch within {timeout_s:.0f}s of its "
+                             "start; its log above says why")
+        time.sleep(0.5)
+    memory = memory_mb()
+    print(f"  first micro-batch {time.monotonic() - began:.0f}s after the start: driver "
+          f"{memory['driver MB']:.0f} MB, jvm {memory['jvm MB']:.0f} MB, workers "
+          f"{memory['workers MB']:.0f} MB; the run's clock starts now", flush=True)
 
 
 def _python_growth(before: Any, after: Any, top: int = 25) -> None:
@@ -386,10 +421,11 @@ def _report(samples: list[dict[str, float]], batches: dict[int, float], sent: in
                for j in range(0, k * 10, k) if ids[j:j + k]]
     print("  micro-batch time by tenth of the run, s: "
           + " ".join(f"{m:.2f}" for m in medians))
-    # The first tenth holds the start (the JVM loading classes, Python workers forking): the
+    # The first tenth holds the lake's first minutes (no vacuum, no log retention yet): the
     # means of each later tenth show whether a figure keeps growing or has levelled off.
     logs = [key for key in samples[-1] if key.endswith("_delta_log files")]
-    for key in ("driver MB", "driver anon MB", "driver file MB", "driver threads", "jvm MB",
+    for key in ("driver MB", "driver anon MB", "driver file MB", "driver threads",
+                "driver tokio threads", "jvm MB",
                 "jvm anon MB", "workers MB", "largest worker MB", "broker MB", *logs):
         means = [statistics.fmean(s.get(key, 0) for s in samples[j:j + n])
                  for j in range(0, n * 10, n) if samples[j:j + n]]
