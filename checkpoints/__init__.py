@@ -10,6 +10,8 @@ from checkpoints.positions import (
     ERASE,
     INGEST,
     LEDGER,
+    PRUNED,
+    PRUNED_LATE,
     REWRITE,
     TABLE,
     TYPED,
@@ -20,7 +22,6 @@ from checkpoints.positions import (
 )
 
 __all__ = [
-    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "REWRITE", "TABLE", "TYPED",
-    "UNCLEANABLE",
-    "WRITER", "Position", "query_checkpoint",
+    "ALL", "CLEANABLE", "CLEANER", "ERASE", "INGEST", "LEDGER", "PRUNED", "PRUNED_LATE",
+    "REWRITE", "TABLE", "TYPED", "UNCLEANABLE", "WRITER", "Position", "query_checkpoint",
 ]

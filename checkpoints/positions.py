@@ -19,6 +19,12 @@ position                where it lives                     its version
                                                            are recorded
 ``ERASE``               each downstream table              last log offset whose tombstones are
                                                            applied there
+``PRUNED``              the erasure ledger                 last log offset whose finished
+                                                           erasures the ledger's retention
+                                                           removed
+``PRUNED_LATE``         the erasure ledger                 erasures that missed their deadline
+                                                           among those removed (a count, so
+                                                           that missed deadlines stay counted)
 ``WRITER``              ``L/T/log``                        writer generation (fencing lease)
 ``UNCLEANABLE``         ``L/T/log``                        when a partition was marked
                                                            uncleanable (epoch ms)
@@ -74,6 +80,11 @@ TYPED = Position("compactor-typed-{partition}", "L/T/rejected",
                  "last log offset whose records of an unmergeable schema are reported")
 LEDGER = Position("compactor-ledger-{partition}", "the erasure ledger",
                   "last log offset whose tombstones are recorded")
+PRUNED = Position("compactor-pruned-{partition}", "the erasure ledger",
+                  "last log offset whose finished erasures the ledger's retention removed")
+PRUNED_LATE = Position("compactor-pruned-late", "the erasure ledger",
+                       "how many erasures the ledger's retention removed had missed their "
+                       "deadline")
 ERASE = Position("compactor-erase-{topic}-{partition}", "each downstream table",
                  "last log offset whose tombstones are applied")
 WRITER = Position("compactor-writer", "L/T/log", "writer generation of the run that owns the log")
@@ -82,7 +93,8 @@ UNCLEANABLE = Position("compactor-uncleanable-{partition}", "L/T/log",
 CLEANABLE = Position("compactor-cleanable-{partition}", "L/T/log",
                      "epoch ms when that failure was cleared by a successful pass")
 
-ALL = (INGEST, CLEANER, REWRITE, TABLE, TYPED, LEDGER, ERASE, WRITER, UNCLEANABLE, CLEANABLE)
+ALL = (INGEST, CLEANER, REWRITE, TABLE, TYPED, LEDGER, PRUNED, PRUNED_LATE, ERASE, WRITER,
+       UNCLEANABLE, CLEANABLE)
 
 
 def query_checkpoint(checkpoint_path: str) -> str:

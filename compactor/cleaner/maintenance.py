@@ -300,7 +300,7 @@ class LogMaintenance:
                     result.topic, result.partition, item.plan.range, result, committed))
         if not dry_run:
             for topic in chosen:
-                report.vacuumed += self._vacuum_topic(topic)
+                report.vacuumed += self._vacuum_topic(topic, now_ms)
         report.seconds = time.monotonic() - started
         return report
 
@@ -390,10 +390,10 @@ class LogMaintenance:
                  len(result.added) + len(result.merged), s.bytes_written, s.seconds)
         return True
 
-    def _vacuum_topic(self, topic: str) -> int:
+    def _vacuum_topic(self, topic: str, now_ms: int | None = None) -> int:
         """Vacuum the topic's log, latest-value table and rejected records (they hold keys
-        and values too) and its erasure ledger (compacted first); returns the files
-        deleted."""
+        and values too) and its erasure ledger (pruned to its retention and compacted first);
+        returns the files deleted."""
         paths = topic_paths(self._config.lake_path, topic)
         tc = self._config.topic(topic)
         grace = tc.vacuum_grace_ms
@@ -401,6 +401,7 @@ class LogMaintenance:
         ours = [paths.log, paths.table, paths.rejected, self._ledger.path(topic)]
         theirs = [d.path for d in self._config.downstream if d.topic == topic]
         with self._lock:
+            self._ledger.prune(topic, now_ms)
             self._ledger.compact(topic)
         for path in ours + theirs:
             try:

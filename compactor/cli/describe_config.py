@@ -68,6 +68,7 @@ def command(args: argparse.Namespace) -> int:
             "max.compaction.lag.ms": tc.max_compaction_lag_ms,
             "delete.retention.ms": tc.delete_retention_ms, "retention.ms": tc.retention_ms,
             "retention.bytes": tc.retention_bytes, "vacuum.grace.ms": tc.vacuum_grace_ms,
+            "erasure.ledger.retention.ms": tc.erasure_ledger_retention_ms,
         }
         described[name] = {
             key: {"value": values[key], "source": tc.sources.get(key, "kafka default")}

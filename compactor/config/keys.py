@@ -94,6 +94,10 @@ TOPIC_KEYS: Mapping[str, _Topic] = {
     # Not a Kafka key: how long files removed from the log stay on disk for readers of older
     # snapshots before vacuum deletes them. -1 = min(1 hour, max.compaction.lag.ms / 4).
     "vacuum.grace.ms": _Topic(parse_int, at_least(-1), -1, "log.cleaner.vacuum.grace.ms"),
+    # Not a Kafka key: how long the erasure ledger keeps an erasure once every target finished
+    # it (Kafka's retention.ms default, 7 days); -1 keeps every erasure for ever.
+    "erasure.ledger.retention.ms": _Topic(parse_int, at_least(-1), 604800000,
+                                          "log.erasure.ledger.retention.ms"),
 }
 # Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
 BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {

@@ -33,6 +33,7 @@ class TopicConfig:
     retention_ms: int = 604800000
     retention_bytes: int = -1
     vacuum_grace: int = -1
+    erasure_ledger_retention_ms: int = 604800000  # -1: finished erasures stay for ever
     # key -> where its value came from: "topic override", "file", "broker", "broker default",
     # "kafka default". Shown by describe-config.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -56,6 +56,7 @@ def resolve_topic(
         retention_ms=values["retention.ms"],
         retention_bytes=values["retention.bytes"],
         vacuum_grace=values["vacuum.grace.ms"],
+        erasure_ledger_retention_ms=values["erasure.ledger.retention.ms"],
         sources=MappingProxyType(sources),
     )
     if tc.erasure_deadline and tc.vacuum_grace >= tc.max_compaction_lag_ms:

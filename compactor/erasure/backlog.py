@@ -1,8 +1,9 @@
 """The erasure backlog followed commit by commit: what the metrics and ``status`` show, at a
 cost that does not grow with the ledger's history.
 
-The ledger (:mod:`compactor.erasure.ledger`) keeps every tombstone and done event forever, a
-few hundred thousand rows a day on a busy topic. Reading it whole for each metrics refresh
+The ledger (:mod:`compactor.erasure.ledger`) keeps every tombstone and done event for
+``erasure.ledger.retention.ms`` after its erasure finished (7 days by default), a few hundred
+thousand rows a day on a busy topic. Reading it whole for each metrics refresh
 would make a mirror that serves ``metrics.port`` slower every day. :class:`BacklogFollower`
 reads it whole once, keeps only the erasures some target has not finished (and how many
 finished late), then reads only the commits written since.
@@ -19,7 +20,9 @@ Protocol of :meth:`BacklogFollower.backlog` (under its lock):
 3. Count the backlog from the state: pending erasures, the oldest one's age, and deadlines
    missed (finished late, or pending past the deadline).
 4. Start over at step 1 when the log moved past us or the table was replaced
-   (:func:`compactor.lake.commit_files.check_not_overtaken`).
+   (:func:`compactor.lake.commit_files.check_not_overtaken`), or a commit removed events (the
+   ledger's retention, :mod:`compactor.erasure.ledger_retention`; its DELETE also adds the
+   rewritten files' surviving events, which must not be counted twice).
 
 Between reloads a done event is applied in commit order, so it is exact while each target's
 clock moves forward; a done event that covers no offset beyond the target's last one changes
@@ -41,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from checkpoints import LEDGER
+from checkpoints import LEDGER, PRUNED_LATE
 from compactor.exceptions import LakeError
 from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
 from compactor.lake.layout import join, open_table
@@ -50,6 +53,10 @@ from compactor.lake.storage import Storage
 _EVENT_COLUMNS = ["event", "partition", "offset", "tombstoneTimeMs", "deadlineMs", "target",
                   "atMs"]
 _LEDGER_APP = LEDGER.id(0)[:-1]  # "compactor-ledger-"
+# The event kind, for dataset filters. Files delta-rs's DELETE rewrote (the ledger's retention)
+# hold it as string_view, and pyarrow 26 compares a view column to a string literal with no
+# kernel at all ("no kernel matching input types (string, string_view)"); cast, it takes both.
+EVENT = pc.field("event").cast(pa.string())
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,8 @@ class BacklogState:
         self._ahead: dict[tuple[str, int], _Ahead] = {}
         self._scanned: dict[int, int] = {}
         self.finished_late = 0
+        # late ones the ledger's retention removed (``compactor-pruned-late``): still missed
+        self.pruned_late = 0
 
     def scanned(self, partition: int, offset: int) -> None:
         """The ledger recorded every tombstone of ``partition`` up to ``offset``."""
@@ -222,7 +231,7 @@ class BacklogState:
                 age = now_ms - entry.tombstone_ms
                 oldest = age if oldest is None else max(oldest, age)
                 missed += int(entry.deadline_ms is not None and now_ms > entry.deadline_ms)
-        return Backlog(pending, oldest, missed + self.finished_late)
+        return Backlog(pending, oldest, missed + self.finished_late + self.pruned_late)
 
     def feed(self, rows: list[dict[str, Any]]) -> None:
         """Events of one commit, in the order written."""
@@ -339,13 +348,14 @@ class BacklogFollower:
             return False
         dataset = table.to_pyarrow_dataset()  # each kind of event apart: no copy of the whole
         tomb = dataset.to_table(columns=["partition", "offset", "tombstoneTimeMs", "deadlineMs"],
-                                filter=pc.field("event") == "tombstone")
+                                filter=EVENT == "tombstone")
         done = dataset.to_table(columns=["partition", "offset", "target", "atMs"],
-                                filter=pc.field("event") == "done")
+                                filter=EVENT == "done")
         partitions = set(pc.unique(tomb["partition"]).to_pylist()) | set(
             pc.unique(done["partition"]).to_pylist())
         scanned = {p: s for p in partitions if (s := LEDGER.read(table, p)) is not None}
         self._state = state_of(tomb, done, scanned, self._targets)
+        self._state.pruned_late = PRUNED_LATE.read(table) or 0
         self._version = table.version()
         self._table_id = str(table.metadata().id)
         self.full_loads += 1
@@ -362,6 +372,8 @@ class BacklogFollower:
             for action in actions:
                 if "metaData" in action and str(action["metaData"].get("id")) != self._table_id:
                     raise Overtaken
+                if "remove" in action and action["remove"].get("dataChange", True):
+                    raise Overtaken  # the ledger's retention removed events: read it again
                 if "add" in action and action["add"].get("dataChange", True):
                     self._state.feed(self._rows(action["add"]["path"]))
                 elif "txn" in action and action["txn"]["appId"].startswith(_LEDGER_APP):

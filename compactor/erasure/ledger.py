@@ -11,6 +11,9 @@ Rows are events:
   of a partition up to an offset, at ``atMs``. ``log`` means the cleaner's commit dropped the
   superseded values from the log; vacuum deletes their files within ``vacuum.grace.ms``.
 
+Append-only but for its retention: erasures every target finished longer than
+``erasure.ledger.retention.ms`` ago leave it (:mod:`compactor.erasure.ledger_retention`).
+
 Commit protocol of :meth:`ErasureLedger.record_tombstones`: read the ledger's app
 transactions ``compactor-ledger-<partition>`` (the last log offset scanned, S) and the log's
 committed offsets (L); append the tombstones with S < offset <= L and move S to L in the same
@@ -37,6 +40,7 @@ from deltalake.exceptions import CommitFailedError
 from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
 from compactor.erasure.backlog import Backlog, BacklogFollower
+from compactor.erasure.ledger_retention import LedgerRetention
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
@@ -133,6 +137,7 @@ class ErasureLedger:
         # (topic, partition) -> why its tombstones could not be read at the last scan
         self.failed: dict[tuple[str, int], str] = {}
         self._backlogs: dict[str, BacklogFollower] = {}
+        self._retention = LedgerRetention(config.storage)
 
     def _path(self, topic: str) -> str:
         return f"{topic_paths(self._config.lake_path, topic).root}/erasures"
@@ -164,6 +169,14 @@ class ErasureLedger:
             log.warning("%s: cannot compact the erasure ledger: %s", self._path(topic), exc)
             return 0
         return int(metrics.get("numFilesRemoved", 0))
+
+    def prune(self, topic: str, now_ms: int | None = None) -> int:
+        """Remove the erasures every target finished longer than ``erasure.ledger.retention.ms``
+        ago (:mod:`compactor.erasure.ledger_retention`); returns how many left. The caller
+        holds the commit lock."""
+        return self._retention.prune(topic, self._path(topic), self.targets(topic),
+                                     self._config.topic(topic).erasure_ledger_retention_ms,
+                                     now_ms)
 
     def record_tombstones(self, topic: str, view: LogView | None = None,
                           written: Mapping[int, WrittenTombstones] | None = None) -> int:

@@ -17,6 +17,7 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
         "lake.path": str(tmp_path / "lake"), "delete.retention.ms": "1234",
         f"topic.{topic}.min.compaction.lag.ms": "42", "log.retention.ms": "777",
+        "log.erasure.ledger.retention.ms": "86400000",
         "kafka.sasl.password": "hunter2-secret", "kafka.client.id": "mirror-7",
         "kafka.client.rack": "${env:MIRROR_RACK}",
         "lake.storage.AWS_SECRET_ACCESS_KEY": "hunter2-s3", "lake.storage.AWS_REGION": "eu-west-1"})
@@ -34,6 +35,8 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert entries["min.compaction.lag.ms"] == {"value": 42, "source": "topic override"}
     assert entries["retention.ms"] == {"value": 777, "source": "broker default (file)"}
     assert entries["max.compaction.lag.ms"]["source"] == "kafka default"
+    assert entries["erasure.ledger.retention.ms"] == {"value": 86400000,
+                                                      "source": "broker default (file)"}
     assert described["pipeline"]["kafka.sasl.password"] == "[redacted]"
     assert described["pipeline"]["kafka.client.id"] == "mirror-7"
     # A value from the environment is shown as the reference, never as what it resolved to.

@@ -203,3 +203,15 @@ def test_the_latest_value_table_lags_at_most_10_s_and_never_past_the_deadline() 
                                                "max.compaction.lag.ms": "3000"}), {})
     assert best_effort.topic("orders").deadline_best_effort
     assert best_effort.table_merge_ms("orders") == 0
+
+
+def test_the_erasure_ledger_keeps_finished_erasures_seven_days_unless_told() -> None:
+    assert resolve_topic(config(), "orders", {}).erasure_ledger_retention_ms == 604800000
+    cfg = config(**{"log.erasure.ledger.retention.ms": "-1",
+                    "topic.orders.erasure.ledger.retention.ms": "86400000"})
+    assert resolve_topic(cfg, "orders", {}).erasure_ledger_retention_ms == 86400000
+    assert resolve_topic(cfg, "orders.v1", {}).erasure_ledger_retention_ms == -1  # for ever
+    with pytest.raises(ConfigError) as info:
+        resolve_topic(config(**{"erasure.ledger.retention.ms": "-2"}), "orders", {})
+    assert "erasure.ledger.retention.ms" in str(info.value) and "-2" in str(info.value)
+    assert "must be >= -1" in str(info.value)
