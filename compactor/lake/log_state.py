@@ -135,10 +135,8 @@ class LogFollower:
             assert self._base is not None
             try:
                 if self._version - self.base_opened_at >= self._checkpoint_interval:
-                    fresh = self._storage.table(self.uri)
-                    if str(fresh.metadata().id) != self._table_id:
+                    if not self._adopt(self._storage.table(self.uri)):
                         raise Overtaken
-                    self._base, self.base_opened_at = fresh, fresh.version()
                 else:
                     self._base.update_incremental()
             except (TableNotFoundError, Overtaken):
@@ -216,9 +214,8 @@ class LogFollower:
             log.warning("checkpoint of %s at version %d failed (%s); the next one due "
                         "retries", self.uri, version, exc)
         else:  # another table under the same path (replaced): start over at the next look
-            same = str(table.metadata().id) == self._table_id
-            self._base = table if same else None
-            self.base_opened_at = version
+            if not self._adopt(table):
+                self._base = None
         try:
             stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
                                              time.time())
@@ -229,6 +226,14 @@ class LogFollower:
             if stale:
                 log.info("%s: removed %d temporary commit file(s) a writer left behind: %s",
                          self.uri, len(stale), ", ".join(stale))
+
+    def _adopt(self, table: DeltaTable) -> bool:
+        """Make ``table``, opened afresh, the follower's delta-rs table if it is the table
+        followed (its Delta id); False when another table replaced it under the path."""
+        if str(table.metadata().id) != self._table_id:
+            return False
+        self._base, self.base_opened_at = table, table.version()
+        return True
 
     def _latest(self) -> bool:
         """Steps 1 and 2 of the protocol above (and 4's start-over): load if needed or if the
