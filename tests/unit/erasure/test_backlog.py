@@ -82,6 +82,17 @@ def split(events: pa.Table) -> tuple[pa.Table, pa.Table]:
             events.filter(pc.equal(events["event"], "done")))
 
 
+def left_by(commits: list[list[dict[str, Any]]], cut: int
+            ) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """The ledger's events and scan positions as its first ``cut`` commits left it."""
+    loaded = [r for rows in commits[:cut] for r in rows]
+    scanned: dict[int, int] = {}
+    for r in loaded:
+        if "scanned" in r:
+            scanned[r["partition"]] = max(r["scanned"], scanned.get(r["partition"], -1))
+    return [r for r in loaded if r["event"] != "scan"], scanned
+
+
 def follow(state: BacklogState, commits: list[list[dict[str, Any]]]) -> None:
     """Feed commits as the follower does: each commit's events, then its scan positions."""
     for rows in commits:
@@ -107,12 +118,7 @@ def test_loaded_whole_in_any_order_then_followed_it_counts_what_a_full_read_coun
     """A process starts on the ledger as the first ``cut`` commits left it, then follows the
     rest commit by commit."""
     commits, _, clock = run(plan)
-    loaded = [r for rows in commits[:cut] for r in rows]
-    scanned: dict[int, int] = {}
-    for r in loaded:
-        if "scanned" in r:
-            scanned[r["partition"]] = max(r["scanned"], scanned.get(r["partition"], -1))
-    events = [r for r in loaded if r["event"] != "scan"]
+    events, scanned = left_by(commits, cut)
     rnd.shuffle(events)
     state = state_of(*split(pa.Table.from_pylist(events, schema=SCHEMA)), scanned, TARGETS)
     follow(state, commits[cut:])

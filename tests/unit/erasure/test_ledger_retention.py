@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from compactor.erasure.backlog import state_of
 from compactor.erasure.ledger_retention import check_every_ms, prune_bounds
-from tests.unit.erasure.test_backlog import SCHEMA, TARGETS, follow, reference, run, split, steps
+from tests.unit.erasure.test_backlog import (
+    SCHEMA,
+    TARGETS,
+    follow,
+    left_by,
+    reference,
+    run,
+    split,
+    steps,
+)
 
 
 def prune(events: list[dict[str, Any]], scanned: dict[int, int], cutoff: int
@@ -46,12 +55,7 @@ def test_a_pruned_ledger_counts_what_the_whole_history_counts(plan, cut, age, la
     """A prune of the ledger as the first ``cut`` commits left it, with a cutoff ``age`` ms
     before its last commit; a process then starts on what is left and follows the rest."""
     commits, _, clock = run(plan)
-    loaded = [r for rows in commits[:cut] for r in rows]
-    scanned: dict[int, int] = {}
-    for r in loaded:
-        if "scanned" in r:
-            scanned[r["partition"]] = max(r["scanned"], scanned.get(r["partition"], -1))
-    events = [r for r in loaded if r["event"] != "scan"]
+    events, scanned = left_by(commits, cut)
     now = max((r["atMs"] for r in events), default=0)
     kept, bounds, late = prune(events, scanned, now - age)
     for p, bound in bounds.items():
