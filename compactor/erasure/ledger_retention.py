@@ -91,14 +91,21 @@ class LedgerRetention:
 
     def prune(self, topic: str, path: str, targets: list[str], retention_ms: int,
               now_ms: int | None = None) -> int:
-        """Steps 1-4; returns how many erasures left the ledger."""
+        """Steps 1-4; returns how many erasures left the ledger. A ledger that cannot be read
+        or pruned is only kept longer: a warning, and the next check tries again."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         last = self._checked.get(topic)
         if retention_ms < 0 or (last is not None and now - last < check_every_ms(retention_ms)):
             return 0
         self._checked[topic] = now
+        try:
+            return self._prune(topic, path, targets, now - retention_ms)
+        except Exception as exc:  # delta-rs's and pyarrow's errors alike
+            log.warning("%s: cannot prune the erasure ledger %s: %s", topic, path, exc)
+            return 0
+
+    def _prune(self, topic: str, path: str, targets: list[str], cutoff: int) -> int:
         table = open_table(path, self._storage)
-        cutoff = now - retention_ms
         if table is None or not _holds_events_before(table, cutoff):
             return 0
         dataset = table.to_pyarrow_dataset()
@@ -144,9 +151,6 @@ class LedgerRetention:
                 operations.PRUNE_LEDGER, summary, txns))
         except CommitFailedError as exc:  # another process pruned first
             log.info("%s: the erasure ledger moved during its prune (%s); next check", topic, exc)
-            return 0
-        except Exception as exc:  # the ledger only stays longer until the next check
-            log.warning("%s: cannot prune the erasure ledger: %s", topic, exc)
             return 0
         log.info("%s", summary)
         return erasures

@@ -90,3 +90,18 @@ def test_the_maintenance_pass_prunes_the_ledger(tmp_path: Path) -> None:
     table = DeltaTable(ledger.path("t"))
     assert "PRUNE LEDGER" in [c.get("compactor.operation") for c in table.history()]
     assert not [r for r in table.to_pyarrow_table().to_pylist() if r["event"] == "tombstone"]
+
+
+def test_a_ledger_that_cannot_be_read_is_kept_and_the_pass_goes_on(tmp_path: Path,
+                                                                    caplog) -> None:
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000, erasure_ledger_retention_ms=0)
+    append(config, "t", 0, [(0, b"a", None, T0)], now_ms=T0)
+    ledger = ErasureLedger(config)
+    ledger.record_tombstones("t")
+    for target in ledger.targets("t"):
+        ledger.record_done("t", target, {0: 0}, now_ms=T0)
+    for f in Path(ledger.path("t")).glob("*.parquet"):
+        f.unlink()  # the files its log names are gone
+    assert ledger.prune("t", now_ms=T0 + 1) == 0
+    assert "cannot prune the erasure ledger" in caplog.text
