@@ -47,7 +47,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from workloads import create_topic, status_kb  # noqa: E402
+from workloads import create_topic, status_kb, tokio_threads  # noqa: E402
 
 from checkpoints import INGEST  # noqa: E402
 from compactor.config import build_config  # noqa: E402
@@ -97,17 +97,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _tokio_threads(pid: int) -> int:
-    """Threads of delta-rs's tokio runtime (its workers and blocking pool share the name)."""
-    count = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            count += Path(f"/proc/{pid}/task/{task}/comm").read_text().startswith("tokio")
-        except OSError:
-            continue  # the thread has exited
-    return count
-
-
 def memory_mb() -> dict[str, float]:
     """Resident memory of this driver, its JVM, Spark's Python workers (the JVM's descendants:
     their sum, how many, the largest, so that more workers and a growing worker differ) and
@@ -125,7 +114,7 @@ def memory_mb() -> dict[str, float]:
            # delta-rs's tokio blocking pool keeps the threads a burst of reads made: each holds
            # a stack and an allocator cache, so the count is part of the driver's memory story
            "driver threads": float(len(os.listdir(f"/proc/{me}/task"))),
-           "driver tokio threads": float(_tokio_threads(me))}
+           "driver tokio threads": float(tokio_threads(me))}
     sizes = []
     for pid in _children(me):
         try:

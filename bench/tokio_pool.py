@@ -12,7 +12,6 @@ anonymous resident memory after each phase, and the memory per thread the burst 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading
@@ -24,17 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import rss_mb  # noqa: E402
-
-
-def tokio_threads() -> int:
-    count = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            count += Path(f"/proc/self/task/{task}/comm").read_text().startswith("tokio")
-        except OSError:
-            continue
-    return count
+from workloads import rss_mb, tokio_threads  # noqa: E402
 
 
 def main() -> None:

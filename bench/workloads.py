@@ -129,6 +129,18 @@ def status_kb(pid: int | str = "self") -> dict[str, int]:
             if rest.strip().endswith(" kB")}
 
 
+def tokio_threads(pid: int | str = "self") -> int:
+    """Threads of delta-rs's tokio runtime in a process (its workers and blocking pool share
+    the name); a thread that exits while counted is left out."""
+    count = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            count += Path(f"/proc/{pid}/task/{task}/comm").read_text().startswith("tokio")
+        except OSError:
+            continue
+    return count
+
+
 def rss_mb(field: str = "VmRSS") -> float:
     """One figure of this process's ``status_kb``, in MB."""
     kb = status_kb().get(field)
