@@ -13,7 +13,8 @@ Python workers and the embedded broker (apart: its in-memory store keeps every r
 produced), the consumer lag, and the broker's own answer time for ListOffsets. The run's clock
 starts at the mirror's first micro-batch. It prints the first 10% of the run against the last
 10%, the micro-batch time and memory by tenth of the run, and memory's slope over the run's
-second half.
+second half. Its records go to files in the run's directory as they are made, not into the
+driver's memory, which is what it measures.
 
 The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
 and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
@@ -31,6 +32,7 @@ Prints figures and ratios, never asserts: it is not a test.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import multiprocessing
 import os
@@ -221,42 +223,95 @@ def _config(broker: str, work: Path, topics: list[str], **extra: str) -> Any:
     })
 
 
-def _batch_times(seen: dict[int, float], parts: dict[int, dict[str, float]]) -> None:
-    """Each micro-batch's time, and Spark's own parts of it (``durationMs``) with its size."""
-    from pyspark.sql import SparkSession
+class Spool:
+    """Records of the run, kept on disk until the report.
 
-    # The engine runs in another thread; the active session is per thread, the default is not.
-    session = SparkSession.builder.getOrCreate()
-    for query in session.streams.active:
-        for p in query.recentProgress:
-            # A trigger that ran a batch has addBatch; an idle one (nothing new) has not. Spark's
-            # numInputRows stays 0: the mirror never runs the ranges DataFrame.
-            if "addBatch" in p.durationMs:
-                seen[p.batchId] = p.durationMs.get("triggerExecution", 0) / 1000
-                parts.setdefault(p.batchId, {}).update(
-                    {f"spark {k}": v / 1000 for k, v in p.durationMs.items()
-                     if k != "triggerExecution"})
+    The driver is the process this benchmark measures, and the records it kept in memory
+    (Spark's and the mirror's parts of each micro-batch, each sample's figures: ~2 KB a
+    micro-batch, about 7 MB an hour) grew it as a leak would. Each record is one JSON line,
+    written when it is made; the run keeps only counters."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()  # the mirror's thread logs, the sampler's thread samples
+        self.count = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+            self.count += 1
+
+    def read(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self._file.flush()
+        with self._path.open(encoding="utf-8") as lines:
+            return [json.loads(line) for line in lines]
+
+
+class Batches:
+    """Each micro-batch's time and parts: Spark's (its progress reports) and the mirror's own
+    steps (its batch log record), spooled as they come and merged by batch id at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.spark = Spool(path.with_suffix(".spark.jsonl"))
+        self.mirror = Spool(path.with_suffix(".mirror.jsonl"))
+        self._last: dict[str, int] = {}  # per query, the last batch id spooled
+
+    def poll(self) -> None:
+        """Spool the batches Spark reported since the last poll: each micro-batch's time, and
+        Spark's own parts of it (``durationMs``)."""
+        from pyspark.sql import SparkSession
+
+        # The engine runs in another thread; the active session is per thread, the default is
+        # not.
+        session = SparkSession.builder.getOrCreate()
+        for query in session.streams.active:
+            last = self._last.get(str(query.id), -1)
+            for p in query.recentProgress:
+                # A trigger that ran a batch has addBatch; an idle one (nothing new) has not.
+                # Spark's numInputRows stays 0: the mirror never runs the ranges DataFrame.
+                if "addBatch" in p.durationMs and p.batchId > last:
+                    self.spark.write({
+                        "id": p.batchId, "time": p.durationMs.get("triggerExecution", 0) / 1000,
+                        **{f"spark {k}": v / 1000 for k, v in p.durationMs.items()
+                           if k != "triggerExecution"}})
+                    last = p.batchId
+            self._last[str(query.id)] = last
+
+    def load(self) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
+        """Each batch's time, and each batch's parts, Spark's and the mirror's."""
+        times: dict[int, float] = {}
+        parts: dict[int, dict[str, float]] = {}
+        for record in self.spark.read():
+            times[record["id"]] = record.pop("time")
+            parts.setdefault(record.pop("id"), {}).update(record)
+        for record in self.mirror.read():
+            parts.setdefault(record.pop("id"), {}).update(record)
+        return times, parts
 
 
 class _Steps(logging.Handler):
     """The mirror's own steps of each micro-batch (the ``steps`` of its batch log record)."""
 
-    def __init__(self, parts: dict[int, dict[str, float]]) -> None:
+    def __init__(self, spool: Spool) -> None:
         super().__init__(logging.INFO)
-        self.parts = parts
+        self.spool = spool
 
     def emit(self, record: logging.LogRecord) -> None:
         steps = getattr(record, "steps", None)
         if steps is not None:
-            self.parts.setdefault(record.batch_id, {}).update(  # type: ignore[attr-defined]
-                {f"mirror {k}": v for k, v in steps.items()})
+            self.spool.write({"id": record.batch_id,  # type: ignore[attr-defined]
+                              **{f"mirror {k}": v for k, v in steps.items()}})
 
 
-def _capture_steps(parts: dict[int, dict[str, float]]) -> logging.Handler:
-    """Collect the mirror's batch records into ``parts``; its warnings still print."""
+def _capture_steps(spool: Spool) -> logging.Handler:
+    """Spool the mirror's batch records; its warnings still print."""
     mirror_log = logging.getLogger("streaming.query")
     mirror_log.setLevel(logging.INFO)
-    handler = _Steps(parts)
+    handler = _Steps(spool)
     mirror_log.addHandler(handler)
     if mirror_log.propagate:
         quiet = logging.StreamHandler()
@@ -295,13 +350,12 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             **dict(args.set)}))
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
-        samples: list[dict[str, float]] = []
-        batches: dict[int, float] = {}
-        parts: dict[int, dict[str, float]] = {}
-        _capture_steps(parts)
+        samples = Spool(work / "samples.jsonl")
+        batches = Batches(work / "batches")
+        _capture_steps(batches.mirror)
         offsets = OffsetReader({"bootstrap.servers": broker.bootstrap_servers})
         tps = [(t, p) for t in (compact, delete) for p in range(PARTITIONS)]
-        _await_first_batch(thread, parts)
+        _await_first_batch(thread, batches.mirror)
         started = time.monotonic()
         end = started + args.minutes * 60
         traced: list[Any] = []  # --tracemalloc: snapshots after the first tenth and at the end
@@ -310,7 +364,7 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             tenth = started + (end - started) / 10
             if args.tracemalloc and not traced and time.monotonic() > tenth:
                 traced.append(tracemalloc.take_snapshot())
-            _batch_times(batches, parts)
+            batches.poll()
             ends = offsets.offsets(tps, "latest")
             sample = {"t": time.monotonic() - started,
                       "broker ListOffsets, ms": _list_offsets_ms(offsets, tps),
@@ -319,8 +373,9 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
                 sample |= {f"{topic} {k}": v
                            for k, v in lake_files(work / "lake", topic, ends).items()}
             sample["lag"] = sample[f"{compact} lag"] + sample[f"{delete} lag"]
-            samples.append(sample)
-            print(f"  {sample['t']:6.0f}s  batches {len(batches):5d}  lag {sample['lag']:7.0f}"
+            samples.write(sample)
+            print(f"  {sample['t']:6.0f}s  batches {batches.spark.count:5d}  "
+                  f"lag {sample['lag']:7.0f}"
                   f"  files {sample.get(f'{delete} files', 0):5.0f}/"
                   f"{sample.get(f'{compact} files', 0):5.0f}  driver "
                   f"{sample['driver MB']:5.0f} MB {sample['driver threads']:3.0f} threads  jvm "
@@ -334,24 +389,25 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         producer.join(30)
         service.request_stop()
         thread.join(120)
-    _report(samples, batches, producer.sent)
-    ids = [i for i in sorted(batches) if i in parts]
+    times, parts = batches.load()
+    _report(samples.read(), times, producer.sent)
+    ids = [i for i in sorted(times) if i in parts]
     k = max(1, len(ids) // 10)
     print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
     _print_parts(parts, ids[:k], ids[-k:])
 
 
-def _await_first_batch(thread: threading.Thread, parts: dict[int, dict[str, float]],
+def _await_first_batch(thread: threading.Thread, mirror: Spool,
                        timeout_s: float = 300.0) -> None:
     """Start the run's clock at the mirror's first micro-batch. Before it the service is
     starting (the JVM loading classes, Spark forking its Python workers; the driver ~185 MB at
     10 s against ~270 MB a minute in), and a sample from then in the first tenth measured the
     start, not whether the running mirror stays flat: runs before 2026-11-26 (third session)
     had one such sample, which alone took the driver's first-tenth mean ~5 MB lower. The
-    mirror's own batch record (``parts``) says a batch ran without asking Spark, whose session
-    this thread must not create before the service has."""
+    mirror's own batch record (spooled in ``mirror``) says a batch ran without asking Spark,
+    whose session this thread must not create before the service has."""
     began = time.monotonic()
-    while not parts:
+    while not mirror.count:
         if not thread.is_alive() or time.monotonic() - began > timeout_s:
             raise SystemExit(f"the mirror ran no micro-batch within {timeout_s:.0f}s of its "
                              "start; its log above says why")
@@ -522,22 +578,22 @@ def fixed_cost(args: argparse.Namespace, work: Path) -> None:
                 "log.cleaner.enable": "false", "segment.ms": "3600000", **dict(args.set)}))
             thread = threading.Thread(target=service.run, daemon=True)
             thread.start()
-            batches: dict[int, float] = {}
-            parts: dict[int, dict[str, float]] = {}
-            handler = _capture_steps(parts)
+            batches = Batches(home / "batches")
+            handler = _capture_steps(batches.mirror)
             end = time.monotonic() + args.fixed_seconds
             while time.monotonic() < end:
                 time.sleep(2)
-                _batch_times(batches, parts)
+                batches.poll()
             producer.stop.set()
             producer.join(30)
             service.request_stop()
             thread.join(120)
-            steady = [batches[i] for i in sorted(batches)[3:]]  # past the query's warm-up
+            times, parts = batches.load()
+            steady = [times[i] for i in sorted(times)[3:]]  # past the query's warm-up
             figures[name] = statistics.median(steady) if steady else float("nan")
             print(f"  {name}: {len(steady)} micro-batches, median {figures[name]:.2f}s; "
                   "its parts (medians, seconds):")
-            _print_parts(parts, [i for i in sorted(batches)[3:] if i in parts])
+            _print_parts(parts, [i for i in sorted(times)[3:] if i in parts])
             logging.getLogger("streaming.query").removeHandler(handler)
     print(f"\na micro-batch over {args.preload_files:,} files: {figures['preloaded']:.2f}s, over "
           f"an empty log: {figures['empty']:.2f}s, "
