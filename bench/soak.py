@@ -66,6 +66,7 @@ from compactor.lake.layout import (  # noqa: E402
 from compactor.lake.log_state import log_view  # noqa: E402
 from compactor.lake.storage import LOCAL  # noqa: E402
 from compactor.ops.broker import EmbeddedBroker  # noqa: E402
+from compactor.ops.native_heap import TRIM_INTERVAL_S, NativeHeapTrimmer  # noqa: E402
 from compactor.ops.workload import Record, partition_for, produce  # noqa: E402
 from streaming.service import Service  # noqa: E402
 
@@ -348,6 +349,10 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             "log.cleaner.backoff.ms": "5000",
             f"topic.{delete}.vacuum.grace.ms": str(args.delete_vacuum_grace_ms),
             **dict(args.set)}))
+        if args.trim_interval_s <= 0:  # the run without it, to compare
+            service.native_heap = NativeHeapTrimmer(interval_s=float("inf"))
+        else:
+            service.native_heap = NativeHeapTrimmer(interval_s=args.trim_interval_s)
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         samples = Spool(work / "samples.jsonl")
@@ -368,7 +373,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             ends = offsets.offsets(tps, "latest")
             sample = {"t": time.monotonic() - started,
                       "broker ListOffsets, ms": _list_offsets_ms(offsets, tps),
-                      **memory_mb()}
+                      **memory_mb(),
+                      "driver trimmed MB": service.native_heap.released_bytes / 2**20}
             for topic in (compact, delete):
                 sample |= {f"{topic} {k}": v
                            for k, v in lake_files(work / "lake", topic, ends).items()}
@@ -391,6 +397,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
         thread.join(120)
     times, parts = batches.load()
     _report(samples.read(), times, producer.sent)
+    print(f"driver's malloc_trim: {service.native_heap.trims} trims gave back "
+          f"{service.native_heap.released_bytes / 2**20:.1f} MB of resident memory in all")
     ids = [i for i in sorted(times) if i in parts]
     k = max(1, len(ids) // 10)
     print(f"\nwhere a micro-batch's time goes, seconds (medians, first and last {k} batches):")
@@ -627,6 +635,9 @@ def main() -> None:
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
                         help="trace the driver's Python allocations (this many frames each) and "
                              "print where they grew after the first tenth (slows the driver)")
+    parser.add_argument("--trim-interval-s", type=float, default=TRIM_INTERVAL_S,
+                        help="how often the driver gives freed native memory back (the "
+                             "service's default); 0: never, to compare")
     parser.add_argument("--set", type=_setting, action="append", default=[],
                         metavar="KEY=VALUE",
                         help="a configuration key for the mirror (repeatable), to take one part "
