@@ -637,7 +637,8 @@ def main() -> None:
                              "print where they grew after the first tenth (slows the driver)")
     parser.add_argument("--trim-interval-s", type=float, default=TRIM_INTERVAL_S,
                         help="how often the driver gives freed native memory back (the "
-                             "service's default); 0: never, to compare")
+                             "service's default); 0: never, to compare (glibc's thresholds are "
+                             "fixed either way)")
     parser.add_argument("--set", type=_setting, action="append", default=[],
                         metavar="KEY=VALUE",
                         help="a configuration key for the mirror (repeatable), to take one part "

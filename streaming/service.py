@@ -117,6 +117,7 @@ class Service:
         from streaming.query import Mirror
         from streaming.session import build_session
 
+        self.native_heap.start()  # before the session's threads allocate
         spark = build_session(self.config.spark)
         mirror = Mirror(spark, self.config, self.commit_lock)
         mirror.listeners.append(lambda _id, _stats: self._batch_done.set())

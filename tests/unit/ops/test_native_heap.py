@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from compactor.ops.native_heap import NativeHeapTrimmer, resident_bytes
@@ -44,3 +48,38 @@ def test_trims_at_most_once_an_interval() -> None:
     now[0] = 120.0
     trimmer.maybe_trim()
     assert trimmer.trims == (2 if trimmer.available else 0)
+
+
+# Run in a process of its own: glibc's thresholds are process-wide and move with what the
+# process freed before. Prints the MB that freeing 64 one-MiB blocks gave back on its own.
+_FREED_BLOCKS = textwrap.dedent("""
+    import sys
+    from compactor.ops.native_heap import NativeHeapTrimmer, resident_bytes
+    big = bytearray(8 << 20)
+    big[:] = b"x" * len(big)
+    del big  # served by mmap and freed: glibc raises its thresholds to 8 MiB
+    if sys.argv[1] == "start":
+        assert NativeHeapTrimmer().start()
+    pin = 64 * 1024
+    blocks, pins = [], []
+    for _ in range(64):
+        blocks.append(b"x" * (1 << 20))
+        pins.append(b"p" * pin)  # keeps each freed block from joining the heap's top
+    before = resident_bytes()
+    del blocks
+    print((before - resident_bytes()) >> 20)
+""")
+
+
+def _freed_mb(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", _FREED_BLOCKS, mode], capture_output=True,
+                          text=True, check=True, timeout=60)
+    return int(done.stdout)
+
+
+@glibc_only
+def test_large_blocks_go_back_when_freed_once_the_thresholds_are_fixed() -> None:
+    """glibc raises its mmap and trim thresholds after a large free, then serves large blocks
+    from heaps that keep them. The service fixes both at glibc's defaults before it starts."""
+    assert _freed_mb("glibc-default") < 16  # the blocks stay resident after free
+    assert _freed_mb("start") >= 48  # each went back to the system as it was freed
