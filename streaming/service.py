@@ -20,6 +20,7 @@ A kill -9 at any moment is also safe (see :mod:`compactor.ingest.writer` and
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -117,7 +118,7 @@ class Service:
         from streaming.query import Mirror
         from streaming.session import build_session
 
-        self.native_heap.start()  # before the session's threads allocate
+        self.native_heap.start(os.environ)  # before the session's threads allocate
         spark = build_session(self.config.spark)
         mirror = Mirror(spark, self.config, self.commit_lock)
         mirror.listeners.append(lambda _id, _stats: self._batch_done.set())

@@ -33,7 +33,7 @@ import ctypes.util
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -88,15 +88,25 @@ class NativeHeapTrimmer:
     def available(self) -> bool:
         return self._glibc is not None
 
-    def start(self) -> bool:
-        """Fix glibc's trim and mmap thresholds at its defaults (see 2. above), once, before
-        the driver's threads do their work; process-wide. False where there is no glibc."""
+    def start(self, environ: Mapping[str, str]) -> list[str]:
+        """Fix glibc's mmap and trim thresholds at its defaults (see 2. above), once, before
+        the driver's threads do their work; process-wide. A threshold the user set for the
+        process (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``)
+        stays theirs. Returns the parameters it set (none where there is no glibc)."""
         if self._glibc is None:
-            return False
+            return []
         _trim, mallopt = self._glibc
-        # mallopt returns 1 on success; either call also stops glibc from raising both.
-        return bool(mallopt(M_MMAP_THRESHOLD, DEFAULT_THRESHOLD)
-                    and mallopt(M_TRIM_THRESHOLD, DEFAULT_THRESHOLD))
+        tunables = environ.get("GLIBC_TUNABLES", "")
+        fixed = []
+        for name, param in (("mmap_threshold", M_MMAP_THRESHOLD),
+                            ("trim_threshold", M_TRIM_THRESHOLD)):
+            if f"MALLOC_{name.upper()}_" in environ or f"glibc.malloc.{name}=" in tunables:
+                log.info("glibc's %s is the one set for this process, not %d", name,
+                         DEFAULT_THRESHOLD)
+                continue
+            if mallopt(param, DEFAULT_THRESHOLD) == 1:  # which also stops glibc moving both
+                fixed.append(name)
+        return fixed
 
     def maybe_trim(self) -> int | None:
         """Trim if the interval has passed; returns the resident bytes it gave back, if it ran."""

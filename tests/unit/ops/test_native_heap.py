@@ -53,13 +53,13 @@ def test_trims_at_most_once_an_interval() -> None:
 # Run in a process of its own: glibc's thresholds are process-wide and move with what the
 # process freed before. Prints the MB that freeing 64 one-MiB blocks gave back on its own.
 _FREED_BLOCKS = textwrap.dedent("""
-    import sys
+    import os, sys
     from compactor.ops.native_heap import NativeHeapTrimmer, resident_bytes
     big = bytearray(8 << 20)
     big[:] = b"x" * len(big)
     del big  # served by mmap and freed: glibc raises its thresholds to 8 MiB
     if sys.argv[1] == "start":
-        assert NativeHeapTrimmer().start()
+        assert NativeHeapTrimmer().start(os.environ) == ["mmap_threshold", "trim_threshold"]
     pin = 64 * 1024
     blocks, pins = [], []
     for _ in range(64):
@@ -83,3 +83,12 @@ def test_large_blocks_go_back_when_freed_once_the_thresholds_are_fixed() -> None
     from heaps that keep them. The service fixes both at glibc's defaults before it starts."""
     assert _freed_mb("glibc-default") < 16  # the blocks stay resident after free
     assert _freed_mb("start") >= 48  # each went back to the system as it was freed
+
+
+@glibc_only
+def test_a_threshold_the_user_set_for_the_process_stays_theirs() -> None:
+    trimmer = NativeHeapTrimmer()
+    both = {"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    assert trimmer.start(both) == []
+    assert trimmer.start({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=65536"}) == [
+        "mmap_threshold"]
