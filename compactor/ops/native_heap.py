@@ -9,13 +9,13 @@ meets both:
    (``madvise``) and shrinks the main heap's top; it holds each arena's lock while it walks
    it, about 0.4 ms for the driver's heaps. In a two-hour soak without it the main arena's
    memory in use stayed at 29.5 MB while what it had taken from the system grew 33.9 ->
-   37.8 MB; with it the main heap held level over the second hour (28.2 -> 28.3 MB resident
-   from minute 60 to 80, against 28.5 -> 32.1 MB without).
+   37.8 MB; with it the main heap held level over the second hour (28.2 -> 24.6 MB resident
+   from minute 60 to 110, against 28.5 -> 35.8 MB without).
 2. **Thread heaps keep their tops.** ``malloc_trim`` does not shrink the top of a thread's
    heap; ``free`` does, but only past ``M_TRIM_THRESHOLD``, which glibc raises on its own (to
    twice the largest mmap-served block freed so far, up to 64 MiB), and glibc then serves
    blocks up to that size from the heaps instead of ``mmap``. In the same soak one thread
-   heap's top grew 2.1 -> 6.3 MB with 0.06 MB in use, and the thread heaps together 12.4 ->
+   heap's top grew 2.2 -> 6.3 MB with 0.06 MB in use, and the thread heaps together 12.4 ->
    22.7 MB, with 4 MB more in use. :meth:`NativeHeapTrimmer.start` sets both thresholds back
    to glibc's defaults (128 KiB), which also stops glibc from moving them: large blocks come
    from ``mmap`` and go back on ``free``, and a heap's top is given back past 128 KiB.
