@@ -349,10 +349,8 @@ def continuous(args: argparse.Namespace, work: Path) -> None:
             "log.cleaner.backoff.ms": "5000",
             f"topic.{delete}.vacuum.grace.ms": str(args.delete_vacuum_grace_ms),
             **dict(args.set)}))
-        if args.trim_interval_s <= 0:  # the run without it, to compare
-            service.native_heap = NativeHeapTrimmer(interval_s=float("inf"))
-        else:
-            service.native_heap = NativeHeapTrimmer(interval_s=args.trim_interval_s)
+        service.native_heap = NativeHeapTrimmer(  # 0: the run without trims, to compare
+            interval_s=args.trim_interval_s if args.trim_interval_s > 0 else float("inf"))
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         samples = Spool(work / "samples.jsonl")

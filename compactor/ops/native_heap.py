@@ -29,7 +29,7 @@ nothing of this kind to give back and the trimmer does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import os
 import time
@@ -46,13 +46,16 @@ M_MMAP_THRESHOLD = -3
 DEFAULT_THRESHOLD = 128 * 1024
 
 
+@functools.cache
 def _glibc() -> tuple[Callable[[int], int], Callable[[int, int], int]] | None:
-    """glibc's ``malloc_trim`` and ``mallopt``, or None where the C library lacks them."""
-    name = ctypes.util.find_library("c")
+    """glibc's ``malloc_trim`` and ``mallopt``, or None where the C library lacks them.
+
+    Looked up among the symbols the interpreter already has loaded (its C library), not with
+    ``ctypes.util.find_library``, which runs ``ldconfig -p`` (about 10 ms) each time."""
     try:
-        libc: Any = ctypes.CDLL(name)
+        libc: Any = ctypes.CDLL(None)
         trim, mallopt = libc.malloc_trim, libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no CDLL(None)
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
