@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from workloads import rss_mb
 from compactor.config import CompactorConfig, build_config, with_topic_configs
 from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
 from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.ops.arrow_pool import pick_arrow_pool
 
 TOPIC = "mem"
 
@@ -59,9 +61,11 @@ def build_log(lake: Path, keys: int, chunk: int = 200_000) -> None:
 
 
 def _clean(lake: Path, buffer_bytes: int, *flags: str) -> dict[str, Any]:
+    environ = dict(os.environ)
+    pick_arrow_pool(environ)  # as a Spark worker's: Arrow's own pool too, before pyarrow loads
     out = subprocess.run([sys.executable, __file__, "--lake", str(lake),
                           "--buffer", str(buffer_bytes), *flags],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, env=environ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
 
@@ -142,7 +146,8 @@ def main() -> None:
     from compactor.cleaner.maintenance import LogMaintenance
     from streaming.session import ARROW_POOL, DEFAULTS, use_arrow_pool
 
-    use_arrow_pool(DEFAULTS[ARROW_POOL])  # the allocator a Spark worker of the product has
+    # the allocator a Spark worker of the product has
+    use_arrow_pool(DEFAULTS[ARROW_POOL], os.environ)
     config = _config(args.lake, args.buffer)
     steps: dict[str, float] = {}
     if args.steps:

@@ -45,6 +45,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from compactor.ops.arrow_pool import pick_arrow_pool  # noqa: E402
+
+# Arrow's own pool as `compactor run` picks it, before anything here loads pyarrow
+pick_arrow_pool(os.environ)
+
 from soak_preload import fixed_cost  # noqa: E402
 from soak_probes import lake_files, list_offsets_ms, memory_mb  # noqa: E402
 from soak_producer import PARTITIONS, Producer, mirror_config  # noqa: E402

@@ -9,11 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from compactor.ops.arrow_pool import ARROW_POOL_ENV
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import KafkaDataSource
 
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 # process cleaning a 6.4M-key log pass after pass held 255 -> 319 MB after its passes 2-11,
 # with 0 bytes allocated in Arrow; with jemalloc 208 -> 236 MB (most of it delta-rs's code
 # paged in), as fast as mimalloc for a Parquet rewrite (1.21 s against 1.21 s; the system
-# allocator 1.40 s). Workers read ARROW_DEFAULT_MEMORY_POOL when pyarrow loads; the driver,
-# which has loaded it, is switched by use_arrow_pool.
+# allocator 1.40 s). Arrow's C++ code reads ARROW_DEFAULT_MEMORY_POOL when pyarrow loads:
+# workers have it from spark.executorEnv, the command's process from compactor.cli
+# (compactor.ops.arrow_pool); use_arrow_pool checks it.
 ARROW_POOL = "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"
 _POOLS = {"jemalloc": pa.jemalloc_memory_pool, "mimalloc": pa.mimalloc_memory_pool,
           "system": pa.system_memory_pool}
@@ -130,7 +132,7 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
         conf[DRIVER_JAVA_OPTIONS] = _driver_java_options(
             conf[DRIVER_JAVA_OPTIONS], driver_memory(conf, os.environ))
     os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
-    use_arrow_pool(conf[ARROW_POOL])
+    use_arrow_pool(conf[ARROW_POOL], os.environ)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -190,12 +192,29 @@ def _jvm_accepts(option: str) -> bool:
     return probe.returncode == 0
 
 
-def use_arrow_pool(name: str) -> None:
-    """Allocate this process's Arrow memory from pool ``name`` (see ARROW_POOL)."""
+def use_arrow_pool(name: str, environ: MutableMapping[str, str]) -> None:
+    """Allocate this process's Arrow memory from pool ``name`` (see ARROW_POOL).
+
+    ``set_memory_pool`` reaches what Python code allocates; Arrow's C++ code (the Parquet
+    reader and writer) allocates from the pool Arrow picked when pyarrow loaded
+    (:mod:`compactor.ops.arrow_pool`). Where that is another pool (a process that loaded
+    pyarrow before the command line could name one), a warning says how to start it. The
+    variable is set for the processes this one starts.
+    """
     try:
-        pa.set_memory_pool(_POOLS[name]())
+        pool = _POOLS[name]()
     except (KeyError, NotImplementedError) as exc:
         raise StreamingError(
             f"{ARROW_POOL}={name!r}: not an Arrow memory pool this pyarrow has; use one of "
             f"{', '.join(_available_pools())}"
         ) from exc
+    # Arrow's own pool, or the one an earlier call here set (tests start many sessions)
+    current = pa.default_memory_pool().backend_name
+    if current != name:
+        log.warning(
+            "Arrow's own code in this process allocates from %s (picked when pyarrow loaded), "
+            "so %s=%s reaches only what Python code allocates; start the process with %s=%s "
+            "in its environment to use %s throughout",
+            current, ARROW_POOL, name, ARROW_POOL_ENV, name, name)
+    environ[ARROW_POOL_ENV] = name
+    pa.set_memory_pool(pool)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -27,11 +32,49 @@ def test_an_unknown_arrow_pool_is_refused_by_name_before_spark_starts() -> None:
 
 def test_the_default_pool_is_one_this_pyarrow_has() -> None:
     before = pa.default_memory_pool()
+    environ: dict[str, str] = {}
     try:
-        use_arrow_pool(DEFAULTS[ARROW_POOL])
+        use_arrow_pool(DEFAULTS[ARROW_POOL], environ)
         assert pa.default_memory_pool().backend_name == DEFAULTS[ARROW_POOL]
+        assert environ == {"ARROW_DEFAULT_MEMORY_POOL": DEFAULTS[ARROW_POOL]}
     finally:
         pa.set_memory_pool(before)
+
+
+_PARQUET_WRITE = """
+import sys
+if sys.argv[1] == "late":
+    import pyarrow  # a process that loaded Arrow before the command line's modules
+import compactor.cli  # what the console script imports first
+import logging, os
+import pyarrow as pa, pyarrow.parquet as pq
+from streaming.session import ARROW_POOL, DEFAULTS, use_arrow_pool
+logging.basicConfig(level=logging.WARNING)
+use_arrow_pool(DEFAULTS[ARROW_POOL], os.environ)
+before = pa.mimalloc_memory_pool().total_bytes_allocated()
+pq.write_table(pa.table({"key": [b"k%d" % i for i in range(200_000)]}), sys.argv[2])
+print(DEFAULTS[ARROW_POOL], pa.mimalloc_memory_pool().total_bytes_allocated() - before)
+"""
+
+
+@pytest.mark.parametrize("when", ["cli", "late"])
+def test_arrow_s_own_allocations_come_from_the_pool_too(tmp_path: Path, when: str) -> None:
+    """The Parquet writer allocates from the pool Arrow picked when pyarrow loaded, not from
+    the one set_memory_pool sets. In a process of its own, started as the console script
+    starts (compactor.cli first), a Parquet write takes nothing from mimalloc, pyarrow's
+    default; a process that had loaded pyarrow before is told how to start instead."""
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    done = subprocess.run([sys.executable, "-c", _PARQUET_WRITE, when, str(tmp_path / "f")],
+                          capture_output=True, text=True, env=environ, timeout=120, check=True)
+    pool, from_mimalloc = done.stdout.split()
+    assert pool != "mimalloc"
+    if when == "cli":
+        assert int(from_mimalloc) == 0
+        assert "allocates from" not in done.stderr
+    else:
+        assert int(from_mimalloc) > 1 << 20  # the writer's buffers: what the fix moves
+        assert "Arrow's own code in this process allocates from mimalloc" in done.stderr
+        assert f"ARROW_DEFAULT_MEMORY_POOL={pool} in its environment" in done.stderr
 
 
 def test_a_jvm_option_is_added_only_when_the_jvm_starts_with_it() -> None:
