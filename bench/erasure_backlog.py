@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import rss_mb  # noqa: E402
 
-from checkpoints import LEDGER  # noqa: E402
 from compactor.config import build_config, with_topic_configs  # noqa: E402
 from compactor.erasure.ledger import LEDGER_PROPERTIES, LEDGER_SCHEMA, ErasureLedger  # noqa: E402
+from compactor.positions import LEDGER  # noqa: E402
 
 TOPIC = "t"
 

@@ -30,10 +30,10 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkpoints import LEDGER  # noqa: E402
 from compactor.config import build_config, with_topic_configs  # noqa: E402
 from compactor.erasure.ledger import LEDGER_PROPERTIES, LEDGER_SCHEMA, ErasureLedger  # noqa: E402
 from compactor.erasure.ledger_retention import check_every_ms  # noqa: E402
+from compactor.positions import LEDGER  # noqa: E402
 
 TOPIC = "t"
 DAY_MS = 86_400_000

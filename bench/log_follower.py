@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import rss_mb  # noqa: E402
 
-from checkpoints import INGEST  # noqa: E402
 from compactor.lake import log_commit, operations  # noqa: E402
 from compactor.lake.datafiles import write_data_file  # noqa: E402
 from compactor.lake.layout import (  # noqa: E402
@@ -45,6 +44,7 @@ from compactor.lake.layout import (  # noqa: E402
 )
 from compactor.lake.log_state import LogFollower  # noqa: E402
 from compactor.lake.storage import LOCAL  # noqa: E402
+from compactor.positions import INGEST  # noqa: E402
 
 WAYS = ("advanced in place (before)", "opened at each checkpoint")
 FILE_SCHEMA = pa.schema([*(f for f in KAFKA_SCHEMA if f.name != "partition"),

@@ -19,7 +19,6 @@ from soak_producer import PARTITIONS, Producer, mirror_config
 from soak_records import Batches, capture_steps, print_parts
 from workloads import create_topic
 
-from checkpoints import INGEST
 from compactor.ingest.writer import RangeResult, commit_ranges
 from compactor.lake.datafiles import write_data_file
 from compactor.lake.layout import (
@@ -31,6 +30,7 @@ from compactor.lake.layout import (
 )
 from compactor.ops.broker import EmbeddedBroker
 from compactor.ops.workload import Record, produce
+from compactor.positions import INGEST
 from streaming.service import Service
 
 # A data file's columns: the log's, less the partition columns (they are directories).
@@ -77,10 +77,10 @@ def _history_read(config: Any, topic: str, per_partition: int) -> None:
     the whole history, not the steady cost this mode measures."""
     from deltalake import write_deltalake
 
-    from checkpoints import LEDGER, TABLE
     from compactor.erasure.ledger import LEDGER_PROPERTIES, LEDGER_SCHEMA
     from compactor.lake import operations
     from compactor.lake.layout import TABLE_PROPERTIES_LATEST
+    from compactor.positions import LEDGER, TABLE
 
     paths = topic_paths(config.lake_path, topic)
     now_ms = int(time.time() * 1000)

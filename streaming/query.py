@@ -19,7 +19,6 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from checkpoints import query_checkpoint
 from compactor import exceptions as errors
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import TombstoneReaders
@@ -31,6 +30,7 @@ from compactor.kafka.offsets import OffsetReader
 from compactor.lake.latest import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_state import log_view
+from compactor.positions import query_checkpoint
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_range

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +46,8 @@ from compactor.ops.status import broker_end_offsets
 
 log = logging.getLogger(__name__)
 
+FORCED_EXIT = 130  # a second Ctrl-C or SIGTERM: the documented "interrupted"
+
 
 class Service:
     """Owns the Spark session, the mirror and the maintenance of one configuration.
@@ -65,9 +68,16 @@ class Service:
         self.native_heap = NativeHeapTrimmer()
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
+        """Stop after the current commit; a second signal stops at once (exit 130)."""
         if signum is not None:
-            log.info("received %s: stopping after the current commit",
-                     signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if self._stop.is_set():
+                # What a kill -9 leaves is safe (nothing half-committed); the user asked twice.
+                print(f"compactor: second {name}: stopping now, without waiting for the "
+                      "current commit", file=sys.stderr, flush=True)
+                os._exit(FORCED_EXIT)
+            log.warning("received %s: stopping after the current commit (send it again to "
+                        "stop at once)", name)
         self._stop.set()
 
     def install_signal_handlers(self) -> None:

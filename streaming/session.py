@@ -9,7 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -83,6 +84,8 @@ DEFAULTS = {
     "spark.driver.defaultJavaOptions": f"-XX:G1HeapRegionSize=4m {DRIVER_JIT}",
     "spark.executor.defaultJavaOptions": "-XX:G1HeapRegionSize=4m",
     "spark.broadcast.blockSize": "1m",
+    # Workers on other machines import the product, never a folder of the job's directory.
+    "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
 
 # glibc's malloc keeps what the JVM frees natively (the JIT compiler's arenas, NIO and Spark's
@@ -103,6 +106,7 @@ DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 # the young generation is sized once, at the start. Kafka starts its brokers at their full heap
 # for the same reason; a quarter keeps a small driver small.
 DRIVER_MEMORY = "spark.driver.memory"
+SAFE_PATH = "PYTHONSAFEPATH"
 SPARK_DEFAULT_DRIVER_MEMORY = "1g"
 _MIB_PER_UNIT = {"": 1.0, "b": 1 / 1024 ** 2, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
                  "g": 1024, "gb": 1024, "t": 1024 ** 2, "tb": 1024 ** 2, "p": 1024 ** 3,
@@ -137,12 +141,74 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        spark = _off_main_thread(lambda: _start(conf, builder))
     except Exception as exc:
         raise StreamingError(f"Spark did not start: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaDataSource)
     return spark
+
+
+def _start(conf: Mapping[str, str], builder: SparkSession.Builder) -> SparkSession:
+    _launch_jvm(conf)
+    return builder.getOrCreate()
+
+
+def _off_main_thread(start: Callable[[], SparkSession]) -> SparkSession:
+    """Run ``start`` in a thread of its own and wait for it.
+
+    A SparkContext made on the main thread replaces the SIGINT handler with one that raises
+    KeyboardInterrupt wherever the main thread is (inside a Py4J call, too); made elsewhere it
+    leaves the caller's handler (the service's graceful stop) in place, and signals that
+    arrive meanwhile reach that handler.
+    """
+    result: list[SparkSession] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(start())
+        except BaseException as exc:  # re-raised on the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="spark-start", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)  # short waits: the main thread runs signal handlers between them
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _launch_jvm(conf: Mapping[str, str]) -> None:
+    """Start the driver JVM for ``conf`` unless this process has one, so that:
+
+    - its Python workers (forked by the JVM, ``python -m ...``) get ``PYTHONSAFEPATH=1``:
+      Python then leaves the working directory off ``sys.path``, and a user's ``./checkpoints``
+      or ``./streaming`` folder cannot shadow the product's modules;
+    - it runs in a session of its own: a signal to the command's process group (systemd's
+      SIGTERM, a terminal's Ctrl-C) reaches the driver, which stops after the current commit,
+      and not the JVM under it. The JVM still exits when the driver does (its stdin closes).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    spark_conf = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    previous = os.environ.get(SAFE_PATH)
+    os.environ[SAFE_PATH] = "1"  # the gateway copies the environment at launch
+    try:
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            spark_conf, popen_kwargs={"start_new_session": True})
+    finally:
+        if previous is None:
+            del os.environ[SAFE_PATH]
+        else:
+            os.environ[SAFE_PATH] = previous
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _driver_java_options(options: str, driver_memory: str) -> str:

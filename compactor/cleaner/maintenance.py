@@ -37,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints import CLEANER, REWRITE, TABLE, WRITER
 from compactor.cleaner import uncleanable
 from compactor.cleaner.cleanable import (
     CleanableRange,
@@ -60,6 +59,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_state import follow, log_view
+from compactor.positions import CLEANER, REWRITE, TABLE, WRITER
 
 log = logging.getLogger(__name__)
 

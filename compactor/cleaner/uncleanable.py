@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable, Transaction
 
-from checkpoints import CLEANABLE, UNCLEANABLE
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
+from compactor.positions import CLEANABLE, UNCLEANABLE
 
 REASON_KEY = "compactor.uncleanable"
 _HISTORY_LIMIT = 1000  # commits searched for a reason; older ones say so

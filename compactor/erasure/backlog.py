@@ -44,11 +44,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from checkpoints import LEDGER, PRUNED_LATE
 from compactor.exceptions import LakeError
 from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
 from compactor.lake.layout import join, open_table
 from compactor.lake.storage import Storage
+from compactor.positions import LEDGER, PRUNED_LATE
 
 _EVENT_COLUMNS = ["event", "partition", "offset", "tombstoneTimeMs", "deadlineMs", "target",
                   "atMs"]

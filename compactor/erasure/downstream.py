@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
-from checkpoints import ERASE
 from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
 from compactor.lake import operations
@@ -35,6 +34,7 @@ from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
 from compactor.lake.offset_ranges import WrittenTombstones, read_tombstones
 from compactor.lake.segments import PartitionLog
+from compactor.positions import ERASE
 
 log = logging.getLogger(__name__)
 

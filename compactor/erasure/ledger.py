@@ -37,7 +37,6 @@ import pyarrow.compute as pc
 from deltalake import write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from checkpoints import CLEANER, ERASE, LEDGER, TABLE, Position
 from compactor.config import CompactorConfig
 from compactor.erasure.backlog import Backlog, BacklogFollower
 from compactor.erasure.ledger_retention import LedgerRetention
@@ -46,6 +45,7 @@ from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_state import LogView, log_view
 from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
+from compactor.positions import CLEANER, ERASE, LEDGER, TABLE, Position
 
 log = logging.getLogger(__name__)
 

@@ -46,11 +46,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from checkpoints import LEDGER, PRUNED, PRUNED_LATE
 from compactor.erasure.backlog import EVENT, state_of
 from compactor.lake import operations
 from compactor.lake.layout import open_table
 from compactor.lake.storage import Storage
+from compactor.positions import LEDGER, PRUNED, PRUNED_LATE
 
 log = logging.getLogger(__name__)
 

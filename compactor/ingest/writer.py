@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from checkpoints import INGEST, WRITER
 from compactor.config import CompactorConfig
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
@@ -54,6 +53,7 @@ from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage
+from compactor.positions import INGEST, WRITER
 
 log = logging.getLogger(__name__)
 

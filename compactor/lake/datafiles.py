@@ -54,7 +54,7 @@ def add_action(f: WrittenFile, now_ms: int, data_change: bool = True) -> AddActi
 
 def _iso_ms(ms: int) -> str | None:
     try:
-        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
     except OverflowError:
         return None
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"

@@ -28,11 +28,11 @@ import time
 
 from deltalake import DeltaTable
 
-from checkpoints import WRITER
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
 from compactor.lake.storage import Storage
+from compactor.positions import WRITER
 
 
 class FencedError(LakeError):

@@ -38,7 +38,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from checkpoints import TABLE
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
 from compactor.formats.columns import typed_columns
@@ -54,6 +53,7 @@ from compactor.lake.log_state import log_view
 from compactor.lake.offset_ranges import read_offsets
 from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
 from compactor.lake.storage import Storage
+from compactor.positions import TABLE
 
 log = logging.getLogger(__name__)
 

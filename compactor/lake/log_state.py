@@ -49,7 +49,6 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.exceptions import LakeError
 from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
 from compactor.lake.layout import join, open_table
@@ -62,6 +61,7 @@ from compactor.lake.segments import (
     data_file,
 )
 from compactor.lake.storage import Storage, is_local, local_path
+from compactor.positions import CLEANER, INGEST, REWRITE
 
 log = logging.getLogger(__name__)
 
@@ -367,8 +367,8 @@ def _iso_ms(value: object) -> int | None:
         return int(value)
     stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)
-    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
         milliseconds=1)
 
 

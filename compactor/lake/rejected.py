@@ -11,11 +11,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from checkpoints import TYPED
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import KAFKA_SCHEMA, REJECTED_SCHEMA, TIMESTAMP_TYPE, open_table
 from compactor.lake.storage import Storage
+from compactor.positions import TYPED
 
 
 def rejected_rows(batch: pa.RecordBatch | pa.Table, reasons: list[str | None] | str,

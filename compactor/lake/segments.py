@@ -16,8 +16,8 @@ import numpy.typing as npt
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from checkpoints import CLEANER, INGEST
 from compactor.lake.layout import record_bytes_of
+from compactor.positions import CLEANER, INGEST
 
 
 @dataclass(frozen=True)
@@ -293,8 +293,8 @@ def _to_ms(value: object) -> int:
 
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
+        delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         return delta // dt.timedelta(milliseconds=1)
     return _as_int(value)
 

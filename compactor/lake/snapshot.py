@@ -37,7 +37,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from checkpoints import INGEST, TABLE
 from compactor.exceptions import BrokerUnavailableError, LakeError
 from compactor.kafka.clients import with_logger
 from compactor.lake.layout import (
@@ -48,6 +47,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.segments import PartitionLog, read_partition_logs
 from compactor.lake.storage import LOCAL, Storage
+from compactor.positions import INGEST, TABLE
 
 _FILE_COLUMNS = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
 

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from checkpoints import ERASE
 from compactor.config import build_config, with_topic_configs
 from compactor.erasure.downstream import DownstreamEraser, check_downstream
 from compactor.exceptions import ConfigError
+from compactor.positions import ERASE
 from tests.lake import append
 
 T0 = 1_700_000_000_000

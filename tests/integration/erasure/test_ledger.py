@@ -63,8 +63,8 @@ def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
 def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     from deltalake.transaction import CommitProperties
 
-    from checkpoints import CLEANER, TABLE
     from compactor.lake.latest import catch_up
+    from compactor.positions import CLEANER, TABLE
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)

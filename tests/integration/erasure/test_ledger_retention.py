@@ -19,7 +19,7 @@ def test_erasures_finished_before_the_retention_leave_the_ledger_and_stay_counte
     """The ledger's retention on a real Delta table: what every target finished before the
     cutoff leaves (its digests too, once vacuumed), what some target has not finished stays,
     and the late ones removed are still counted as missed, by a follower and a fresh read."""
-    from checkpoints import PRUNED, PRUNED_LATE
+    from compactor.positions import PRUNED, PRUNED_LATE
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000, erasure_ledger_retention_ms=3_600_000)

@@ -42,7 +42,7 @@ def test_odd_records_are_mirrored_exactly(broker, topic_factory, lake_config) ->
     assert [(h["key"], h["value"]) for h in rows[3]["headers"]] == list(records[3].headers)
     stamps = [int(r["timestamp"].timestamp() * 1000) for r in rows]
     assert stamps == [r.timestamp_ms for r in records]
-    assert rows[6]["timestamp"] == dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+    assert rows[6]["timestamp"] == dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
     # The lake's files: readable by the owner, writable by nobody else (umask respected).
     for path in Path(config.lake_path).rglob("*"):
         assert path.stat().st_mode & 0o400 and not path.stat().st_mode & 0o002, path

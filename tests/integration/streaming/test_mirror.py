@@ -53,7 +53,7 @@ def test_every_record_is_mirrored_exactly_and_a_second_run_adds_nothing(
         assert (row["key"], row["value"]) == (r.key, r.value)
         assert row["topic"] == topic
         assert row["timestamp"] == dt.datetime.fromtimestamp(
-            r.timestamp_ms / 1000, tz=dt.timezone.utc)
+            r.timestamp_ms / 1000, tz=dt.UTC)
         assert row["timestampType"] == 0
         assert [(h["key"], h["value"]) for h in row["headers"]] == list(r.headers)
         assert row["deleteHorizonMs"] is None

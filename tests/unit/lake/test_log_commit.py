@@ -16,7 +16,6 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
 
-from checkpoints import INGEST, WRITER
 from compactor.exceptions import LakeError
 from compactor.lake import log_commit, operations
 from compactor.lake.datafiles import add_action
@@ -24,6 +23,7 @@ from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_tabl
 from compactor.lake.log_state import LogFollower
 from compactor.lake.segments import read_partition_logs
 from compactor.lake.storage import LOCAL
+from compactor.positions import INGEST, WRITER
 from tests.unit.lake.test_log_state import _file
 
 Positions = Callable[[str], "int | None"]

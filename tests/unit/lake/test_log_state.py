@@ -15,12 +15,12 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, RemoveAction, Transaction
 
-from checkpoints import CLEANER, INGEST, REWRITE
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import KAFKA_SCHEMA, LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
 from compactor.lake.log_state import LogFollower
 from compactor.lake.segments import read_partition_logs
 from compactor.lake.storage import LOCAL
+from compactor.positions import CLEANER, INGEST, REWRITE
 
 FILE_SCHEMA = pa.schema([*(f for f in KAFKA_SCHEMA if f.name != "partition"),
                          pa.field("deleteHorizonMs", pa.int64())])

@@ -14,7 +14,7 @@ from compactor.lake.reader import RecordFormatError, parse_from_offsets, write
 
 
 def batch(*rows: tuple[bytes | None, bytes | None]) -> pa.RecordBatch:
-    ts = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     return pa.RecordBatch.from_pylist([
         {"key": k, "value": v, "topic": "t", "partition": 0, "offset": i, "timestamp": ts,
          "timestampType": 0, "headers": [{"key": "h", "value": None}]}

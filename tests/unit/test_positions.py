@@ -1,6 +1,6 @@
 """The app ids are part of the lake's format: a rename would orphan every existing lake."""
 
-from checkpoints import ALL, CLEANER, ERASE, INGEST, TABLE, WRITER, query_checkpoint
+from compactor.positions import ALL, CLEANER, ERASE, INGEST, TABLE, WRITER, query_checkpoint
 
 
 def test_app_ids_are_the_lake_format() -> None:

@@ -1,0 +1,119 @@
+"""``compactor run`` as systemd and a terminal stop it, and run from a user's own directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from compactor.ops.workload import Record, produce
+from tests.conftest import wait_until
+from tests.integration.helpers import lake_offsets, write_config
+
+SHADOW = 'raise ImportError("the user\'s own {name}/ folder was imported")\n'
+
+
+def _config(tmp_path: Path, broker, topic: str) -> Path:
+    return write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "300",
+        "spark.master": "local[2]", "spark.ui.enabled": "false"})
+
+
+def _start(conf: Path, cwd: Path) -> subprocess.Popen[str]:
+    # A process group of its own, as systemd and a terminal give a service.
+    return subprocess.Popen(
+        [sys.executable, "-m", "compactor.cli", "run", "--config", str(conf),
+         "--log-level", "WARNING"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+def _mirrored(lake: Path, topic: str, n: int) -> bool:
+    log = lake / topic / "log"
+    return (log / "_delta_log").exists() and len(lake_offsets(str(log))) >= n
+
+
+def _product_lines(stderr: str) -> list[str]:
+    """What the product itself wrote: Python's log lines and its own messages, not the JVM's
+    start-up notes."""
+    return [line for line in stderr.splitlines()
+            if " streaming." in line or " compactor" in line or line.startswith("compactor:")
+            or "Traceback" in line or "ERROR" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_process_group_stops_after_the_commit_exit_0(
+        broker, topic_factory, tmp_path, signum) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", i % 2) for i in range(300)])
+    proc = _start(_config(tmp_path, broker, topic), tmp_path)
+    try:
+        wait_until(lambda: _mirrored(tmp_path / "lake", topic, 300), 180, "the first records")
+        os.killpg(proc.pid, signum)  # the whole group: driver, JVM and workers alike
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = _product_lines(stderr)
+    assert len(lines) == 1 and f"received {signal.Signals(signum).name}" in lines[0], lines
+    assert sorted(lake_offsets(str(tmp_path / "lake" / topic / "log"))) == sorted(
+        (p, o) for p in range(2) for o in range(150))
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_at_once_with_exit_130(broker, topic_factory, tmp_path) -> None:
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
+    proc = _start(_config(tmp_path, broker, topic), tmp_path)
+    try:
+        wait_until(lambda: _mirrored(tmp_path / "lake", topic, 1), 180, "the first record")
+        # Two signals while the driver is held, so the first cannot finish before the second
+        # arrives (two of one kind would merge into one pending signal).
+        os.killpg(proc.pid, signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert ": stopping now, without waiting for the current commit" in stderr
+    assert "Traceback" not in stderr
+    assert DeltaTable(str(tmp_path / "lake" / topic / "log")).version() >= 1
+
+
+@pytest.mark.slow
+def test_folders_of_the_users_own_cannot_shadow_the_product(
+        broker, topic_factory, tmp_path) -> None:
+    """A Spark job's directory often holds ./checkpoints; Python workers must not import it."""
+    topic = topic_factory(2, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", i % 2) for i in range(50)])
+    work = tmp_path / "job"
+    for name in ("checkpoints", "streaming", "compactor", "pyspark"):
+        (work / name).mkdir(parents=True)
+        (work / name / "__init__.py").write_text(SHADOW.format(name=name))
+    conf = _config(tmp_path, broker, topic)
+    result = subprocess.run(  # the console script, as a user runs it
+        [str(Path(sys.executable).with_name("compactor")), "run", "--config", str(conf),
+         "--once"], cwd=work, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "folder was imported" not in result.stderr
+    assert len(lake_offsets(str(tmp_path / "lake" / topic / "log"))) == 50
+
+
+def test_python_workers_leave_the_working_directory_off_their_path(spark, tmp_path) -> None:
+    def probe(_: int) -> tuple[bool, str, list[str]]:
+        return bool(sys.flags.safe_path), os.getcwd(), list(sys.path)
+
+    safe, cwd, path = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
+    assert safe
+    assert cwd not in path and "" not in path
