@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -222,9 +223,10 @@ class KafkaStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailabl
             if end < begin:
                 # The log ends before where we stopped reading: the topic was deleted and
                 # recreated (or truncated). Its old offsets are gone and the new ones mean
-                # other records.
-                self._lost(f"{topic}-{part} ends at offset {end}, behind offset {begin} already "
-                           "read: the topic was recreated or truncated")
+                # other records. The mirror (ranges) judges that against its lake.
+                if not self._opts.ranges_only:
+                    self._lost(f"{topic}-{part} ends at offset {end}, behind offset {begin} "
+                               "already read: the topic was recreated or truncated")
                 log.warning("restarting %s-%d at its earliest offset after data loss", *tp)
                 begin = self._offsets.offsets([tp], "earliest")[tp]
             if self._target is not None:
@@ -240,12 +242,20 @@ class KafkaStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailabl
             return start  # minOffsetsPerTrigger: wait for more, up to maxTriggerDelay
         if isinstance(limit, ReadMaxRows):
             ranges = rate_limit(ranges, limit.max_rows)
-        result: Offsets = {t: dict(parts) for t, parts in start.items()}
+        # A topic no longer subscribed leaves the offsets: its partitions are not read again.
+        result: Offsets = {t: dict(parts) for t, parts in start.items() if self._subscribed(t)}
         for topic, parts in to_offsets(ranges).items():
             result.setdefault(topic, {}).update(parts)
         if result != start:
             self._last_trigger = time.monotonic()
         return result
+
+    def _subscribed(self, topic: str) -> bool:
+        if self._opts.assigned is not None:
+            return any(t == topic for t, _ in self._opts.assigned)
+        if self._opts.pattern is not None:
+            return re.fullmatch(self._opts.pattern, topic) is not None
+        return topic in (self._opts.topics or ())
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = self._partitions()
@@ -257,11 +267,18 @@ class KafkaStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailabl
 
     def ranges(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
         """The ranges between two offsets of this source, each starting no earlier than the
-        broker's log start (offsets deleted before they were read are data loss)."""
+        broker's log start (offsets deleted before they were read are data loss).
+
+        With ``compactor.ranges`` the ranges are the offsets as Spark planned them: the mirror
+        starts each at its lake's position and judges data loss against that.
+        """
         planned = [
             (topic, int(part), start.get(topic, {}).get(part), stop)
             for topic, parts in end.items() for part, stop in parts.items()
         ]
+        if self._opts.ranges_only and all(begin is not None for _, _, begin, _ in planned):
+            return [OffsetRange(t, p, begin, stop) for t, p, begin, stop in planned
+                    if begin is not None]
         log_start = self._offsets.offsets([(t, p) for t, p, _, _ in planned], "earliest")
         ranges: list[OffsetRange] = []
         for topic, part, begin, stop in planned:

@@ -110,6 +110,7 @@ class Mirror:
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
         self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
         self.batch_ranges: BatchRanges | None = None  # each batch's ranges, from start()
+        self._offsets: OffsetReader | None = None  # the broker's log starts, for plans
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -128,7 +129,7 @@ class Mirror:
         now_ms = int(time.time() * 1000)
         # Largest ranges first: Spark starts tasks in partition order, and a large range
         # started last would run alone on one core while the others idle.
-        plans = sorted(plan_ranges(self.config, ranges, now_ms),
+        plans = sorted(plan_ranges(self.config, ranges, now_ms, self._log_starts),
                        key=lambda p: p.end - p.start, reverse=True)
         if not plans:
             return
@@ -173,6 +174,11 @@ class Mirror:
         self.totals.add(stats, took, merge_s)
         for listener in self.listeners:
             listener(batch_id, stats)
+
+    def _log_starts(self, tps: list[tuple[str, int]]) -> Mapping[tuple[str, int], int]:
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.config.kafka_client_config())
+        return self._offsets.offsets(tps, "earliest")
 
     def merge_tables(self, force: bool = False, topics: Iterable[str] | None = None) -> None:
         """Bring each latest-value table (of ``topics``, default all) up to its log once it

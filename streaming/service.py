@@ -39,6 +39,7 @@ from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
 from compactor.lake.layout import topic_paths
+from compactor.lake.log_state import forget
 from compactor.ops.engine import RunSummary
 from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
@@ -138,6 +139,8 @@ class Service:
                                   nothing_in_flight=lambda: not mirror.in_batch,
                                   readers=mirror.readers)
                    if self.config.cleaner.enable else None)
+        for topic in self.config.topics:
+            forget(topic_paths(self.config.lake_path, topic).log, self.config.storage)
         generations = {t: fencing.claim(
             topic_paths(self.config.lake_path, t).log, self.config.storage)
                        for t in self.config.topics}

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig
-from compactor.exceptions import LakeError
+from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker
 from compactor.lake import fencing, log_commit, operations
@@ -48,7 +48,7 @@ from compactor.lake.layout import (
     ensure_table,
     topic_paths,
 )
-from compactor.lake.log_state import follow, log_view
+from compactor.lake.log_state import LogView, follow, log_view
 from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
@@ -174,28 +174,70 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
                        WrittenTombstones(committed, plan.end - 1, rows))
 
 
+LogStarts = Callable[[list[tuple[str, int]]], Mapping[tuple[str, int], int]]
+
+
+def _lake_start(config: CompactorConfig, topic: str, partition: int, start: int,
+                committed: int | None, log_start: int) -> int:
+    """Where a partition's range must start: the lake's position, not the query's.
+
+    The lake is the record of what was mirrored. Spark's checkpoint can be ahead of it (a lake
+    restored from an older copy, a topic's folder moved aside): the missing offsets are read
+    again. Offsets the broker deleted before the lake had them are data loss.
+    """
+    if committed is not None:
+        wanted = committed + 1
+    elif config.starting_offsets == "earliest":
+        wanted = log_start
+    else:  # starting.offsets=latest: where the query started is where the lake starts
+        wanted = start
+    if wanted < log_start:
+        held = f"holds offsets up to {committed}" if committed is not None else "holds none"
+        message = (f"{topic}-{partition}: the lake {held}, but the broker's log now starts at "
+                   f"offset {log_start}: offsets [{wanted}, {log_start}) were deleted from "
+                   "Kafka before they were mirrored (retention, or a recreated topic)")
+        if config.fail_on_data_loss:
+            raise DataLossError(f"{message}. Set fail.on.data.loss=false to skip them.")
+        log.warning("skipping lost data: %s", message)
+        wanted = log_start
+    if wanted < start:
+        log.warning("%s-%d: the lake is behind the query's checkpoint (the lake's next offset "
+                    "%d, the checkpoint's %d): reading offsets [%d, %d) again", topic,
+                    partition, wanted, start, wanted, start)
+    return wanted
+
+
 def plan_ranges(
-    config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int
+    config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int,
+    log_starts: LogStarts | None = None,
 ) -> list[PartitionPlan]:
-    """Driver side, step 1: a plan per non-empty range from one snapshot of each topic."""
+    """Driver side, step 1: a plan per range with offsets to read, from one snapshot of each
+    topic. Each plan starts at the lake's position (:func:`_lake_start`); ``log_starts`` gives
+    the broker's first offset of partitions (one request for all; without it, the query's
+    ranges are taken as they come)."""
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for topic, partition, start, end in ranges:
         by_topic.setdefault(topic, []).append((partition, start, end))
+    views = {topic: _log_view(config, topic, [p for p, _, _ in parts])
+             for topic, parts in by_topic.items()}
+    # The broker's log start of every partition that has offsets to read or no lake position.
+    asked = [(t, p) for t, parts in by_topic.items() for p, start, end in parts
+             if end > start or views[t].partitions[p].committed_offset is None]
+    firsts = log_starts(asked) if log_starts is not None and asked else {}
     plans: list[PartitionPlan] = []
     for topic, parts in sorted(by_topic.items()):
         tc = config.topic(topic)
         paths = topic_paths(config.lake_path, topic)
-        view = log_view(paths.log, config.storage, [p for p, _, _ in parts])
-        if view is None:
-            ensure_table(paths.log, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
-            view = log_view(paths.log, config.storage, [p for p, _, _ in parts])
-        assert view is not None  # created just above
         rejected_table = ensure_rejected(paths.rejected, storage=config.storage)
-        logs = view.partitions
+        logs = views[topic].partitions
         for partition, start, end in sorted(parts):
             plog = logs[partition]
-            if plog.committed_offset is not None and plog.committed_offset >= end - 1:
-                continue  # a replayed batch: everything is in the lake already
+            if (topic, partition) in firsts:
+                start = _lake_start(config, topic, partition, start, plog.committed_offset,
+                                    firsts[(topic, partition)])
+            if start >= end or (plog.committed_offset is not None
+                                and plog.committed_offset >= end - 1):
+                continue  # nothing to read, or a replayed batch the lake already holds
             plans.append(PartitionPlan(
                 topic=topic, partition=partition, start=start, end=end,
                 log_path=paths.log, rejected_path=paths.rejected,
@@ -206,6 +248,17 @@ def plan_ranges(
                 now_ms=now_ms, storage=config.storage, formats=config.format(topic),
             ))
     return plans
+
+
+def _log_view(config: CompactorConfig, topic: str, partitions: list[int]) -> LogView:
+    """The topic's log (created on its first batch) as of its newest commit."""
+    path = topic_paths(config.lake_path, topic).log
+    view = log_view(path, config.storage, partitions)
+    if view is None:
+        ensure_table(path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=config.storage)
+        view = log_view(path, config.storage, partitions)
+    assert view is not None  # created just above
+    return view
 
 
 def _check_versions(path: str, versions: Mapping[int, int],

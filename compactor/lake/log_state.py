@@ -392,14 +392,25 @@ _FOLLOWERS: dict[tuple[str, tuple[tuple[str, str], ...]], LogFollower] = {}
 _FOLLOWERS_LOCK = threading.Lock()
 
 
+def _key(uri: str, storage: Storage) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return uri.rstrip("/"), tuple(sorted(storage.options.items()))
+
+
 def follow(uri: str, storage: Storage) -> LogFollower:
     """This process's follower of the log at ``uri`` (one per table, shared by its readers)."""
-    key = (uri.rstrip("/"), tuple(sorted(storage.options.items())))
+    key = _key(uri, storage)
     with _FOLLOWERS_LOCK:
         follower = _FOLLOWERS.get(key)
         if follower is None:
             follower = _FOLLOWERS[key] = LogFollower(uri, storage)
         return follower
+
+
+def forget(uri: str, storage: Storage) -> None:
+    """Drop this process's follower of ``uri``: a run starts from what is on disk now (the
+    lake may have been restored or moved since an earlier run of this process)."""
+    with _FOLLOWERS_LOCK:
+        _FOLLOWERS.pop(_key(uri, storage), None)
 
 
 def log_view(uri: str, storage: Storage, partitions: Iterable[int] = ()) -> LogView | None:

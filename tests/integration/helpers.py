@@ -104,3 +104,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def recreate_topic(broker: Any, topic_factory: Any, topic: str, records: int) -> None:
+    """Delete ``topic``, create it again with one partition and produce ``records`` to it."""
+    from confluent_kafka.admin import AdminClient
+
+    from compactor.ops.workload import Record, produce
+    from tests.conftest import wait_until
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=5).topics, 30, "topic deletion")
+    topic_factory(1, name=topic)
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"new-%d" % i, b"v", 0) for i in range(records)])

@@ -11,18 +11,7 @@ from compactor.lake.layout import topic_paths
 from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import log_table, run_once, running
-
-
-def _recreate(broker, topic_factory, topic: str, records: int) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.delete_topics([topic])[topic].result(timeout=30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=5).topics, 30, "topic deletion")
-    topic_factory(1, name=topic)
-    produce(broker.bootstrap_servers, topic,
-            [Record(b"new-%d" % i, b"v", 0) for i in range(records)])
+from tests.integration.helpers import log_table, recreate_topic, run_once, running
 
 
 def _keys(config, topic: str) -> set[bytes]:
@@ -43,7 +32,7 @@ def test_a_recreated_topic_stops_the_mirror_and_nothing_of_it_is_written(
     log_path = topic_paths(config.lake_path, topic).log
     first_id = DeltaTable(log_path).metadata().configuration[TOPIC_ID_PROPERTY]
 
-    _recreate(broker, topic_factory, topic, new_records)
+    recreate_topic(broker, topic_factory, topic, new_records)
     with pytest.raises(DataLossError, match="deleted and recreated") as failure:
         run_once(config)
     assert first_id in str(failure.value) and "move" in str(failure.value)
@@ -63,7 +52,7 @@ def test_a_topic_recreated_while_the_mirror_runs_stops_it_before_any_commit(
         log_path = topic_paths(config.lake_path, topic).log
         wait_until(lambda: DeltaTable.is_deltatable(log_path)
                    and log_table(config, topic).num_rows == 10, 120, "first mirror")
-        _recreate(broker, topic_factory, topic, 25)
+        recreate_topic(broker, topic_factory, topic, 25)
         wait_until(lambda: failures, 120, "the run to stop")
     assert isinstance(failures[0], DataLossError), failures[0]
     assert "deleted and recreated" in str(failures[0])
