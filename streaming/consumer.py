@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from itertools import chain
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -150,6 +151,26 @@ def _repeated(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(data * n))
 
 
+# A record whose headers confluent-kafka cannot hand over (a header key that is not UTF-8,
+# which other clients can write): its headers are null in the batch, the rest as it came.
+UNREADABLE: Any = object()
+
+
+def _headers(messages: list[Message]) -> list[Any]:
+    """Each message's headers (None for none), or UNREADABLE where they cannot be decoded.
+
+    A message whose ``headers()`` failed keeps a half-built list that a second call would
+    return (and reading it crashes the process), so each message is asked exactly once.
+    """
+    out: list[Any] = []
+    while len(out) < len(messages):
+        try:  # extend keeps what it appended before a failure: len(out) is the bad one
+            out.extend(map(Message.headers, messages[len(out):]))
+        except (SystemError, UnicodeDecodeError):
+            out.append(UNREADABLE)
+    return out
+
+
 def messages_to_batch(messages: list[Message], offsets: np.ndarray,
                       include_headers: bool = True) -> pa.RecordBatch:
     """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds.
@@ -162,9 +183,10 @@ def messages_to_batch(messages: list[Message], offsets: np.ndarray,
     first = messages[0]
     kinds_and_ms = np.fromiter(
         chain.from_iterable(map(Message.timestamp, messages)), np.int64, 2 * n).reshape(-1, 2)
-    raw = list(map(Message.headers, messages)) if include_headers else []
+    raw = _headers(messages) if include_headers else []
     if any(raw):
-        headers = pa.array([[{"key": k, "value": v} for k, v in (h or ())] for h in raw],
+        headers = pa.array([None if h is UNREADABLE
+                            else [{"key": k, "value": v} for k, v in (h or ())] for h in raw],
                            HEADERS_TYPE)
     else:  # the common case: no record has headers, so no per-record lists to build
         headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),

@@ -16,6 +16,12 @@ import pytest
 # 6.0 s measured). Test setting only; the product leaves the JVM's defaults alone.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
+# Spark's Python workers leave their working directory off sys.path (streaming.session); the
+# functions tests send them live in this repository's `tests` package, found through here.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+
 # The classes a Spark driver loads at start, archived once (AppCDS, JDK 13+) and mapped by every
 # JVM the tests start after it: 13 s -> 7 s to a first Spark job on this 2-core VM, about five
 # seconds off each `compactor` subprocess (the suite starts dozens). SPARK_SUBMIT_OPTS reaches

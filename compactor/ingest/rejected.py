@@ -18,6 +18,8 @@ from compactor.formats.records import decode_records, decoders_for, first_failur
 from compactor.lake.rejected import rejected_rows
 
 NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
+HEADERS_REASON = ("headers unreadable (a header key that is not UTF-8): the record is in the "
+                  "log with null headers")
 
 
 class RecordChecker:

@@ -37,7 +37,7 @@ from deltalake import DeltaTable
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
-from compactor.ingest.rejected import NULL_KEY_REASON, RecordChecker
+from compactor.ingest.rejected import HEADERS_REASON, NULL_KEY_REASON, RecordChecker
 from compactor.lake import fencing, log_commit, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
@@ -142,6 +142,12 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
                 batch = batch.filter(pc.invert(null_key))
                 if batch.num_rows == 0:
                     continue
+        unread = pc.is_null(batch.column("headers"))
+        if pc.any(unread).as_py():  # mirrored with null headers, and reported
+            bad = batch.filter(unread)
+            bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
+            if bad.num_rows:
+                rejected.append(rejected_rows(bad, HEADERS_REASON, None, plan.now_ms))
         if checker is not None:  # undecodable records stay in the log and are reported
             bad_rows = checker.undecodable(
                 batch.filter(pc.greater(batch.column("offset"), rejected_floor)), plan.now_ms)

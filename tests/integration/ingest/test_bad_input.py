@@ -53,6 +53,48 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=180)
 
 
+def _produce_with_raw_header_key(servers: str, topic: str, key: bytes, header_key: bytes) -> None:
+    """librdkafka writes header keys as text only; Kafka's own protocol takes any bytes, as
+    other clients send them (kafka-python, with the key's encoding bypassed)."""
+    from kafka import KafkaProducer
+
+    class RawKey(str):
+        def encode(self, *_args: object, **_kwargs: object) -> bytes:  # type: ignore[override]
+            return header_key
+
+    producer = KafkaProducer(bootstrap_servers=servers)
+    try:
+        producer.send(topic, key=key, value=b"bad-headers", headers=[(RawKey("k"), b"h")],
+                      partition=0).get(timeout=30)
+    finally:
+        producer.close()
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_record_whose_headers_cannot_be_read_is_mirrored_and_reported(
+        broker, topic_factory, lake_config) -> None:
+    """One record must not stop the mirror: its key, value and offset go to the log with null
+    headers (a tombstone still erases), and L/T/rejected says why."""
+    from compactor.ingest.rejected import HEADERS_REASON
+    from tests.integration.helpers import rejected_table
+
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"a", b"1", 0, headers=(("h", b"x"),))])
+    _produce_with_raw_header_key(broker.bootstrap_servers, topic, b"b", b"\xff\xfe-not-utf8")
+    produce(broker.bootstrap_servers, topic, [Record(b"c", b"3", 0)])
+    config = lake_config(topic, log_cleaner_enable="false")
+    summary = run_once(config)
+    assert summary.ingest.records == 3 and summary.ingest.rejected == 1
+    rows = log_table(config, topic).to_pylist()
+    assert [(r["offset"], r["key"], r["headers"]) for r in rows] == [
+        (0, b"a", [{"key": "h", "value": b"x"}]), (1, b"b", None), (2, b"c", [])]
+    rejected = rejected_table(config, topic).to_pylist()
+    assert [(r["offset"], r["key"], r["value"], r["reason"]) for r in rejected] == [
+        (1, b"b", b"bad-headers", HEADERS_REASON)]
+    produce(broker.bootstrap_servers, topic, [Record(b"d", b"4", 0)])
+    assert run_once(config).ingest.records == 1  # and the mirror goes on
+
+
 def test_an_unusable_lake_path_exits_4_with_the_path(broker, topic_factory, tmp_path) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact"})
     produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
