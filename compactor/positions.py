@@ -13,6 +13,8 @@ position                where it lives                     its version
 ``REWRITE``             ``L/T/log``                        commits of the partition's cleaner
                                                            tasks so far (a fence)
 ``TABLE``               ``L/T/table``                      last log offset merged
+``RETAINED``            ``L/T/table``                      the log start offset below which
+                                                           rows were removed (retention)
 ``TYPED``               ``L/T/rejected``                   last log offset whose type changes
                                                            (typed formats) are reported
 ``LEDGER``              the erasure ledger table           last log offset whose tombstones
@@ -76,6 +78,8 @@ REWRITE = Position("compactor-rewrite-{partition}", "L/T/log",
                    "commits of the partition's cleaner tasks so far: a fence, since a segment "
                    "rewrite moves no checkpoint")
 TABLE = Position("compactor-table-{partition}", "L/T/table", "last log offset merged")
+RETAINED = Position("compactor-retained-{partition}", "L/T/table",
+                    "the log's start offset whose older rows the table no longer holds")
 TYPED = Position("compactor-typed-{partition}", "L/T/rejected",
                  "last log offset whose records of an unmergeable schema are reported")
 LEDGER = Position("compactor-ledger-{partition}", "the erasure ledger",
@@ -93,7 +97,7 @@ UNCLEANABLE = Position("compactor-uncleanable-{partition}", "L/T/log",
 CLEANABLE = Position("compactor-cleanable-{partition}", "L/T/log",
                      "epoch ms when that failure was cleared by a successful pass")
 
-ALL = (INGEST, CLEANER, REWRITE, TABLE, TYPED, LEDGER, PRUNED, PRUNED_LATE, ERASE, WRITER,
+ALL = (INGEST, CLEANER, REWRITE, TABLE, RETAINED, TYPED, LEDGER, PRUNED, PRUNED_LATE, ERASE, WRITER,
        UNCLEANABLE, CLEANABLE)
 
 

@@ -107,6 +107,7 @@ class Service:
             if once and not self._stop.is_set():
                 run.mirror.merge_tables(force=True)
                 run.clean(until_idle=True)
+                run.mirror.merge_tables(force=True)  # rows whose records retention removed
             elif self._stop.is_set():  # a clean stop leaves every table at its log
                 run.mirror.merge_tables(force=True)
         except CompactorError:

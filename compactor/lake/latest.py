@@ -21,6 +21,11 @@ decoded fields become typed columns, and a schema with new fields adds columns t
 in the MERGE's own commit. Before step 4, the range's tombstones delete their keys' older
 rows from ``L/T/rejected`` (:func:`~compactor.lake.rejected.erase_keys`).
 
+Before step 2, rows whose record retention removed from the log go
+(:func:`drop_retained`): a row of partition P with an offset below P's log start offset (the
+first segment's base) is a value a consumer of the log would no longer see. The delete commit
+moves ``compactor-retained-<partition>`` to that log start, so it runs once per move.
+
 The catch-up is driven by the versions alone, so it also repairs a table that lags after a
 crash between a log commit and its MERGE. The table lags by design (``table.merge.interval.ms``),
 so the cleaner keeps every tombstone past the table's ``compactor-table-<partition>`` whatever its
@@ -32,11 +37,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
@@ -52,8 +59,9 @@ from compactor.lake.layout import (
 from compactor.lake.log_state import log_view
 from compactor.lake.offset_ranges import read_offsets
 from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
+from compactor.lake.segments import PartitionLog
 from compactor.lake.storage import Storage
-from compactor.positions import TABLE
+from compactor.positions import RETAINED, TABLE
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +144,43 @@ def _decode(records: pa.Table, topic: str, formats: TopicFormat, table_schema: p
                   typed.added)
 
 
+def log_start(plog: PartitionLog) -> int | None:
+    """The partition's first offset still in the log: its first segment's base; past its last
+    committed offset when retention removed every segment; None before any record."""
+    if plog.segments:
+        return plog.log_start_offset
+    return None if plog.committed_offset is None else plog.committed_offset + 1
+
+
+def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], path: str,
+                  topic: str) -> int:
+    """Delete the rows whose record lies below its partition's log start; how many went.
+
+    The predicate names partitions and offsets only, never a key.
+    """
+    moved = {}
+    for partition, plog in partitions.items():
+        start = log_start(plog)
+        done = RETAINED.read(table, partition)
+        if start is not None and start > (done if done is not None else 0):
+            moved[partition] = start
+    if not moved:
+        return 0
+    predicate = " OR ".join(f"(partition = {p} AND offset < {start})"
+                            for p, start in sorted(moved.items()))
+    try:
+        metrics = table.delete(predicate, commit_properties=operations.properties(
+            operations.RETENTION, f"rows of {topic} whose records retention removed from the "
+            "log", [RETAINED.moved_to(start, p) for p, start in moved.items()]))
+    except Exception as exc:
+        raise LakeError(f"removing retained rows from {path} failed: {exc}") from exc
+    deleted = int(metrics.get("num_deleted_rows", 0))
+    if deleted:
+        log.info("table %s: removed %d rows whose records retention removed from the log",
+                 topic, deleted)
+    return deleted
+
+
 def catch_up(lake_path: str, topic: str, storage: Storage,
              formats: TopicFormat | None = None, now_ms: int = 0) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
@@ -145,6 +190,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         return LatestStats()
     table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
                          storage=storage)
+    retained = drop_retained(table, view.partitions, paths.table, topic)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
@@ -159,7 +205,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:
-        return LatestStats()
+        return LatestStats(deleted=retained)
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
     read = records.num_rows
     typed = None
@@ -197,7 +243,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         records=read, keys=source.num_rows,
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),
-        deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        deleted=int(metrics.get("num_target_rows_deleted", 0)) + retained,
         tombstones=records.column("value").null_count,
         merged_upto={p: hi for p, (_, hi) in ranges.items()},
         left_out=typed.left_out if typed else 0,

@@ -125,6 +125,28 @@ def test_compact_delete_retention_drops_whole_old_segments(
 
 
 @pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("policy", ["compact,delete", "delete"])
+def test_retention_reaches_the_latest_value_table(
+        broker, topic_factory, lake_config, policy) -> None:
+    """The table holds what a consumer of the log would reduce it to: keys whose records
+    retention removed are gone from it too, a key updated since keeps its new value."""
+    topic = topic_factory(1, {"cleanup.policy": policy, "segment.bytes": "100",
+                              "retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.99"})
+    now = int(time.time() * 1000)
+    old = [Record(b"old-%d" % i, b"y" * 30, 0, 978_307_200_000 + i) for i in range(8)]  # 2001
+    new = [Record(b"old-0", b"n" * 30, 0, now)] + [
+        Record(b"new-%d" % i, b"n" * 30, 0, now + i) for i in range(1, 9)]
+    produce(broker.bootstrap_servers, topic, old + new)
+    config = lake_config(topic)
+    run_once(config)
+    in_log = {r["key"]: r["value"] for r in rows(config, topic)}
+    assert set(in_log) == {r.key for r in new}
+    table = DeltaTable(topic_paths(config.lake_path, topic).table).to_pyarrow_table()
+    assert dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                    strict=True)) == in_log
+
+
+@pytest.mark.usefixtures("spark")
 def test_compact_alone_never_drops_old_segments(broker, topic_factory, lake_config) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "100",
                               "retention.ms": "60000"})
