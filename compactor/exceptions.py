@@ -6,6 +6,8 @@ operator at 3 a.m., not by the author. The CLI maps each class to an exit code.
 
 from __future__ import annotations
 
+import re
+
 
 class CompactorError(Exception):
     """Root of the product's errors; ``exit_code`` is what the CLI exits with."""
@@ -50,3 +52,13 @@ class BrokerNotInstalledError(CompactorError):
     """The embedded broker binary (the ``demo`` extra) is not installed."""
 
     exit_code = 2
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def one_line(text: str) -> str:
+    """delta-rs's multi-line error chains (coloured, each cause on a line behind ``↳``) as
+    one line, causes joined by ': '."""
+    parts = [line.strip().lstrip("↳").strip() for line in _ANSI.sub("", text).splitlines()]
+    return ": ".join(p for p in parts if p)

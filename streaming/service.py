@@ -40,7 +40,9 @@ from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_state import forget
+from compactor.lake.missing_files import check_tables
 from compactor.ops.engine import RunSummary
+from compactor.ops.health import check_port
 from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
@@ -59,6 +61,8 @@ class Service:
     def __init__(self, config: CompactorConfig) -> None:
         self.config = resolve_config(config)
         check_downstream(self.config)
+        if self.config.metrics_port:
+            check_port(self.config.metrics_port)
         for topic in self.config.topics:
             warning = self.config.topic(topic).deadline_warning
             if warning:
@@ -140,8 +144,12 @@ class Service:
                                   nothing_in_flight=lambda: not mirror.in_batch,
                                   readers=mirror.readers)
                    if self.config.cleaner.enable else None)
+        tables = []
         for topic in self.config.topics:
-            forget(topic_paths(self.config.lake_path, topic).log, self.config.storage)
+            paths = topic_paths(self.config.lake_path, topic)
+            forget(paths.log, self.config.storage)
+            tables += [paths.log, paths.table, paths.rejected]
+        check_tables(tables, self.config.storage)
         generations = {t: fencing.claim(
             topic_paths(self.config.lake_path, t).log, self.config.storage)
                        for t in self.config.topics}

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
 from compactor.lake.layout import LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
-from compactor.lake.storage import Storage, is_local, local_path
+from compactor.lake.storage import Storage, failure, is_local, local_path
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Vacuum:
                 )
                 self._last_full[path] = now
         except Exception as exc:
-            raise LakeError(f"vacuum of {path} failed: {exc}") from exc
+            raise LakeError(f"vacuum of {path} failed: {failure(path, exc)}") from exc
         if deleted:
             log.info("vacuum %s: deleted %d files", path, len(deleted))
             if tidy and is_local(path):

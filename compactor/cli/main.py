@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from compactor.cli import audit_erasure, clean, demo, describe_config, read, run, status
-from compactor.exceptions import CompactorError
+from compactor.exceptions import CompactorError, one_line
 from compactor.ops.metrics import installed_version
 
 log = logging.getLogger("compactor")
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CompactorError as exc:
-        print(f"compactor: error: {exc}", file=sys.stderr)
+        print(f"compactor: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("compactor: interrupted", file=sys.stderr)

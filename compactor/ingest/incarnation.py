@@ -28,6 +28,7 @@ from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
 from compactor.kafka.clients import request_timeout_s, with_logger
 from compactor.lake.layout import open_table, topic_paths
+from compactor.lake.storage import failure
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ class Incarnations:
                     table.alter.set_table_properties({TOPIC_ID_PROPERTY: broker_id},
                                                      raise_if_not_exists=False)
                 except Exception as exc:
-                    raise LakeError(f"cannot record the topic id in {path}: {exc}") from exc
+                    raise LakeError(f"cannot record the topic id in {path}: "
+                                    f"{failure(path, exc)}") from exc
                 log.info("%s: mirroring topic id %s", topic, broker_id)
             elif recorded != broker_id:
                 raise _recreated(self._config, topic, recorded, broker_id)

@@ -52,7 +52,7 @@ from compactor.lake.log_state import LogView, follow, log_view
 from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
-from compactor.lake.storage import Storage
+from compactor.lake.storage import Storage, failure
 from compactor.positions import INGEST, WRITER
 
 log = logging.getLogger(__name__)
@@ -321,8 +321,8 @@ def _commit_log(path: str, storage: Storage, files: list[WrittenFile],
 
 
 def _refused(path: str, exc: Exception) -> str:
-    return (f"commit to {path} failed: {exc}. If another 'compactor run' mirrors the same "
-            "topic into this lake, stop one of them.")
+    return (f"commit to {path} failed: {failure(path, exc)}. If another 'compactor run' "
+            "mirrors the same topic into this lake, stop one of them.")
 
 
 @dataclass(frozen=True)

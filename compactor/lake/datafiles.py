@@ -7,6 +7,7 @@ Parquet's own column statistics are limited the same way.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -137,6 +138,15 @@ class DataFileBuilder:
         self._record_bytes = 0
 
     def write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int) -> None:
+        """Add ``batch`` to the file; an error of the disk is a LakeError, the file removed."""
+        try:
+            self._write(batch, record_bytes)
+        except (OSError, pa.ArrowException) as exc:
+            self.abort()
+            raise LakeError(f"cannot write a data file in {os.path.dirname(self._tmp)}: "
+                            f"{exc}") from exc
+
+    def _write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int) -> None:
         if batch.num_rows == 0:
             return
         if self._writer is None:
@@ -155,13 +165,23 @@ class DataFileBuilder:
         """Finish the file; None when no row was written (nothing is left on disk)."""
         if self._writer is None:
             return None
-        self._writer.close()
+        try:
+            self._writer.close()
+        except (OSError, pa.ArrowException) as exc:
+            self.abort()
+            raise LakeError(f"cannot write a data file in {os.path.dirname(self._tmp)}: "
+                            f"{exc}") from exc
         name = data_file_name(self._stats.lo["offset"], self._stats.hi["offset"],
                               self._record_bytes)
         relative = f"{self._directory}/{name}" if self._directory else name
         size = os.path.getsize(self._tmp)
         if is_local(self._root):
-            os.replace(self._tmp, os.path.join(local_path(self._root), relative))
+            final = os.path.join(local_path(self._root), relative)
+            try:
+                os.replace(self._tmp, final)
+            except OSError as exc:
+                self.abort()
+                raise LakeError(f"cannot write data file {final}: {exc}") from exc
         else:
             self._upload(relative)
         return WrittenFile(self._table, relative, size, self._partition_values,
@@ -181,9 +201,12 @@ class DataFileBuilder:
             os.remove(self._tmp)
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if os.path.exists(self._tmp):
+        """Drop the file: nothing of it stays on disk, whatever state the writer is in."""
+        writer, self._writer = self._writer, None
+        with contextlib.suppress(OSError, pa.ArrowException):  # the disk may be what failed
+            if writer is not None:
+                writer.close()
+        with contextlib.suppress(FileNotFoundError):
             os.remove(self._tmp)
 
 

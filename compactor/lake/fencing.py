@@ -31,7 +31,7 @@ from deltalake import DeltaTable
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
-from compactor.lake.storage import Storage
+from compactor.lake.storage import Storage, failure
 from compactor.positions import WRITER
 
 
@@ -52,7 +52,8 @@ def claim(log_path: str, storage: Storage) -> int:
                 [WRITER.moved_to(mine, now_ms=int(time.time() * 1000))]),
         )
     except Exception as exc:
-        raise LakeError(f"{log_path}: could not claim the log for this run: {exc}") from exc
+        raise LakeError(f"{log_path}: could not claim the log for this run: "
+                        f"{failure(log_path, exc)}") from exc
     return mine
 
 

@@ -60,7 +60,7 @@ from compactor.lake.log_state import log_view
 from compactor.lake.offset_ranges import read_offsets
 from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
 from compactor.lake.segments import PartitionLog
-from compactor.lake.storage import Storage
+from compactor.lake.storage import Storage, failure
 from compactor.positions import RETAINED, TABLE
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,8 @@ def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], pat
             operations.RETENTION, f"rows of {topic} whose records retention removed from the "
             "log", [RETAINED.moved_to(start, p) for p, start in moved.items()]))
     except Exception as exc:
-        raise LakeError(f"removing retained rows from {path} failed: {exc}") from exc
+        raise LakeError(f"removing retained rows from {path} failed: {failure(path, exc)}") \
+            from exc
     deleted = int(metrics.get("num_deleted_rows", 0))
     if deleted:
         log.info("table %s: removed %d rows whose records retention removed from the log",
@@ -238,7 +239,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
             .execute()
         )
     except Exception as exc:
-        raise LakeError(f"MERGE into {paths.table} failed: {exc}") from exc
+        raise LakeError(f"MERGE into {paths.table} failed: {failure(paths.table, exc)}") \
+            from exc
     stats = LatestStats(
         records=read, keys=source.num_rows,
         inserted=int(metrics.get("num_target_rows_inserted", 0)),

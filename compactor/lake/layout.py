@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
-from compactor.lake.storage import Storage, is_local, local_path
+from compactor.lake.storage import Storage, failure, is_local, local_path
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -182,4 +182,4 @@ def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
             mode="ignore", storage_options=storage.delta_options(path),
         )
     except Exception as exc:
-        raise LakeError(f"cannot create Delta table {path}: {exc}") from exc
+        raise LakeError(f"cannot create Delta table {path}: {failure(path, exc)}") from exc

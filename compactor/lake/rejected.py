@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import KAFKA_SCHEMA, REJECTED_SCHEMA, TIMESTAMP_TYPE, open_table
-from compactor.lake.storage import Storage
+from compactor.lake.storage import Storage, failure
 from compactor.positions import TYPED
 
 
@@ -63,7 +63,7 @@ def report_type_changes(path: str, rows: pa.Table, upto: dict[int, int],
                 operations.INGEST, f"{rows.num_rows} records of a schema the latest-value "
                 "table cannot merge", [TYPED.moved_to(hi, p) for p, hi in todo.items()]))
     except Exception as exc:
-        raise LakeError(f"cannot append to {path}: {exc}") from exc
+        raise LakeError(f"cannot append to {path}: {failure(path, exc)}") from exc
     return count
 
 
@@ -88,5 +88,6 @@ def erase_keys(path: str, tombstones: pa.Table, storage: Storage) -> int:
             .execute()
         )
     except Exception as exc:
-        raise LakeError(f"cannot delete erased keys from {path}: {exc}") from exc
+        raise LakeError(f"cannot delete erased keys from {path}: {failure(path, exc)}") \
+            from exc
     return int(metrics.get("num_target_rows_deleted", 0))

@@ -14,6 +14,8 @@ half-written file under a name that looks finished.
 from __future__ import annotations
 
 import functools
+import os
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +24,8 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
+
+from compactor.exceptions import one_line
 
 # Schemes delta-rs opens natively (object_store's S3, GCS and Azure backends).
 REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "azure", "adl")
@@ -68,3 +72,22 @@ class Storage:
 
 
 LOCAL = Storage()
+
+
+def failure(uri: str, exc: BaseException) -> str:
+    """``exc``'s text on one line, and for a table on a local disk whose error names no
+    operating-system cause, the reason its directory cannot be written, if it cannot."""
+    text = one_line(str(exc)) or type(exc).__name__
+    if not is_local(uri) or "os error" in text:
+        return text
+    directory = os.path.join(local_path(uri), "_delta_log")
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    probe = os.path.join(directory, f".compactor-probe-{uuid.uuid4().hex}")
+    try:
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        return f"{text} ({err.strerror} [errno {err.errno}]: cannot write in {directory})"
+    return text

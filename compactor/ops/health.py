@@ -9,11 +9,14 @@ the reason otherwise, as one line of text.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from compactor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,27 @@ def serve(port: int, registry: CollectorRegistry, healthz: Probe,
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             log.debug("%s " + format, self.address_string(), *args)
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    try:
+        server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    except OSError as exc:
+        raise port_error(port, exc) from exc
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
+
+
+def port_error(port: int, exc: OSError) -> ConfigError:
+    return ConfigError("metrics.port", port, f"cannot listen on it: {exc.strerror} "
+                       f"[errno {exc.errno}]", "another process holds it; choose a free port "
+                       "or 0 to turn the metrics off")
+
+
+def check_port(port: int) -> None:
+    """Refuse, before anything starts, a metrics port this machine cannot listen on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As http.server binds: a port left in TIME_WAIT by a previous run is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as exc:
+            raise port_error(port, exc) from exc
