@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -21,14 +22,10 @@ from streaming.kafka_source import KafkaDataSource
 
 log = logging.getLogger(__name__)
 
-# Arrow's allocator in the driver and the Python workers. pyarrow's default, mimalloc, kept
-# pages that cleaning passes had freed however often it was asked to release them: one
-# process cleaning a 6.4M-key log pass after pass held 255 -> 319 MB after its passes 2-11,
-# with 0 bytes allocated in Arrow; with jemalloc 208 -> 236 MB (most of it delta-rs's code
-# paged in), as fast as mimalloc for a Parquet rewrite (1.21 s against 1.21 s; the system
-# allocator 1.40 s). Arrow's C++ code reads ARROW_DEFAULT_MEMORY_POOL when pyarrow loads:
-# workers have it from spark.executorEnv, the command's process from compactor.cli
-# (compactor.ops.arrow_pool); use_arrow_pool checks it.
+# Arrow's allocator in the driver and the workers: jemalloc gives freed pages back, mimalloc
+# kept them (bench/README.md, "Why the code's settings"). Arrow's C++ code reads
+# ARROW_DEFAULT_MEMORY_POOL when pyarrow loads: workers have it from spark.executorEnv, the
+# command's process from compactor.ops.arrow_pool; use_arrow_pool checks it.
 ARROW_POOL = "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"
 _POOLS = {"jemalloc": pa.jemalloc_memory_pool, "mimalloc": pa.mimalloc_memory_pool,
           "system": pa.system_memory_pool}
@@ -49,13 +46,8 @@ def _default_pool() -> str:
     return "jemalloc" if "jemalloc" in _available_pools() else "system"
 
 
-# The driver JVM compiles with C1 only. It coordinates (plans, tracks offsets, hands Arrow
-# batches between Python processes); the mirror's heavy work runs in Python workers and
-# delta-rs. C2 kept compiling for the whole of a 30-minute soak: its code cache 23 -> 60 MB
-# and metaspace 115 -> 122 MB, still rising at the end, where with C1 alone the code cache
-# levelled at 36 MB by minute 19 and metaspace stayed at 107 MB (JVM resident memory 1.06x
-# and 1.05x first tenth to last, against 1.07x-1.11x), and bench/run.py measured no loss.
-# A user whose driver does heavy JVM work can set -XX:TieredStopAtLevel=4 in
+# The driver JVM only coordinates, and C2's code cache kept growing in a long run: C1 only
+# (bench/README.md). A driver doing heavy JVM work can set -XX:TieredStopAtLevel=4 in
 # spark.driver.extraJavaOptions, which the JVM reads after these.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
@@ -74,12 +66,8 @@ DEFAULTS = {
     "spark.ui.retainedStages": "100",
     "spark.ui.retainedTasks": "10000",
     ARROW_POOL: _default_pool(),
-    # Spark serializes every task's result into a fresh 1 MiB buffer and every broadcast (each
-    # stage's task binary, several a micro-batch) into blocks of spark.broadcast.blockSize, 4
-    # MiB. G1 gives a heap under 2 GB 1 MiB regions and allocates any object of half a region
-    # or more as "humongous", outside the young generation: in the soak 13 MiB a second of
-    # them started three in five of the driver JVM's collections and moved its heap sizing.
-    # 4 MiB regions and 1 MiB blocks make them ordinary short-lived objects. Spark's
+    # Task results (1 MiB buffers) and broadcast blocks stay below half a G1 region, so G1
+    # does not allocate them as humongous objects (bench/README.md). Spark's
     # defaultJavaOptions come before a user's extraJavaOptions, which keep working.
     "spark.driver.defaultJavaOptions": f"-XX:G1HeapRegionSize=4m {DRIVER_JIT}",
     "spark.executor.defaultJavaOptions": "-XX:G1HeapRegionSize=4m",
@@ -88,23 +76,13 @@ DEFAULTS = {
     "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
 
-# glibc's malloc keeps what the JVM frees natively (the JIT compiler's arenas, NIO and Spark's
-# off-heap buffers) in its per-thread arenas rather than giving it back: in a 30-minute soak
-# the driver JVM's resident memory rose by ~50 MB more than the JVM had committed, and
-# `jcmd <pid> System.trim_native_heap` at minute 25 gave back 50 MB (536 -> 487 MB). The JVM
-# can trim on its own, from a thread of its own, since 17.0.9 (JDK-8293114); on an older JVM,
-# which refuses the option, the driver starts without it.
+# glibc keeps what the JVM frees natively unless it is trimmed (bench/README.md); the JVM
+# trims on its own since 17.0.9 (JDK-8293114), and an older JVM starts without the option.
 NATIVE_TRIM = "-XX:TrimNativeHeapInterval=10000"
 DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 
-# G1 starts the driver's heap at 1/64 of the machine's memory (388 MB here), shrinks it a second
-# later to 70% free over what is live (136 MB), then grows it again in a step whenever a burst
-# of collections passes its pause-time threshold: every soak whose G1 log we kept ran at 136 MB
-# committed until minute 16-19 and at 164 MB for the rest of the run, a step of resident memory
-# half an hour into a service that runs for months. A floor of a quarter of the driver's heap
-# (256 MiB at Spark's default spark.driver.memory of 1g) sits above where the heap settled, so
-# the young generation is sized once, at the start. Kafka starts its brokers at their full heap
-# for the same reason; a quarter keeps a small driver small.
+# A heap floor of a quarter of spark.driver.memory: G1 otherwise shrinks the heap at start and
+# grows it in steps later, a step of resident memory into a run of months (bench/README.md).
 DRIVER_MEMORY = "spark.driver.memory"
 SAFE_PATH = "PYTHONSAFEPATH"
 SPARK_DEFAULT_DRIVER_MEMORY = "1g"
@@ -142,6 +120,9 @@ def build_session(spark_conf: Mapping[str, str] | None = None) -> SparkSession:
         builder = builder.config(key, value)
     try:
         spark = _off_main_thread(lambda: _start(conf, builder))
+        # Active in this thread too (the JVM keeps it per thread): getActiveSession finds it.
+        jvm: Any = spark._jvm
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     except Exception as exc:
         raise StreamingError(f"Spark did not start: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
