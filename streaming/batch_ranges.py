@@ -1,12 +1,11 @@
 """A micro-batch's offset ranges, planned on the driver from the offsets Spark chose for it.
 
-The mirror's source yields one row per offset range, and the micro-batch used to run that
-DataFrame (``df.collect()``) to learn them: a Spark job whose tasks start Python workers to
-yield four rows. It cost 0.35 s of each 1.1 s micro-batch in the soak and 4 s of a catch-up's
-first. Spark has already written the batch's start and end offsets into the plan it hands
-to ``foreachBatch`` (and into its offset log, before the batch ran); the source's own
-:meth:`~streaming.kafka_source.KafkaStreamReader.ranges` turns them into the same ranges on
-the driver, with the same data-loss checks against the broker's log start.
+The mirror's source yields one row per offset range, and the micro-batch used to run that DataFrame
+(``df.collect()``) to learn them: a Spark job whose tasks start Python workers to yield four rows,
+a large part of each micro-batch. Spark has already written the batch's start and end offsets into
+the plan it hands to ``foreachBatch`` (and into its offset log, before the batch ran); the source's
+own :meth:`~streaming.kafka_source.KafkaStreamReader.ranges` turns them into the same ranges on the
+driver, with the same data-loss checks against the broker's log start.
 
 The plan is reached through Py4J (``StreamExecution.lastExecution``), which is not a public
 API: the node is matched by class name and its batch id must be the batch's, otherwise the

@@ -184,10 +184,9 @@ class Mirror:
         """Bring each latest-value table (of ``topics``, default all) up to its log once it
         is due (``table_merge_ms`` after its last MERGE), or now (``force``).
 
-        The service loop calls it every 0.2 s, also while a micro-batch runs: a MERGE is
-        seconds of a catch-up's batch (2.3 s of 9 s in bench/run.py's W1) that need not hold
-        up the next batch's reads. A micro-batch merges only the tables whose cadence is 0
-        (after every batch), before it returns.
+        The service loop calls it every 200 ms, also while a micro-batch runs: a MERGE is a large
+        part of a catch-up's batch that need not hold up the next batch's reads. A micro-batch
+        merges only the tables whose cadence is 0 (after every batch), before it returns.
         """
         now = time.monotonic()
         due = [t for t in (self.config.topics if topics is None else topics)
@@ -246,7 +245,7 @@ class Mirror:
     def _warm_workers(self) -> None:
         """Fork one Python worker per core and load the write task's modules in it while the
         query starts (its source, its checkpoint, the first offsets), so that the first
-        micro-batch does not wait for that: about 2 s of bench/run.py's W1 batch."""
+        micro-batch does not wait for that."""
         context = self.spark.sparkContext
         n = context.defaultParallelism
 

@@ -49,7 +49,7 @@ def _check_lake_uri(key: str, uri: str) -> None:
         raise ConfigError(
             key, uri, "must be a local path, a file:// URI or object storage "
             f"({', '.join(s + '://' for s in REMOTE_SCHEMES)})",
-            "see 'Object storage' in the README")
+            "see 'Object storage' in docs/deployment.md")
 
 
 _DOWNSTREAM_KEY = re.compile(
@@ -231,8 +231,8 @@ def _pipeline(given: Mapping[str, Any], layers: Mapping[str, Any]) -> dict[str, 
         raise ConfigError(
             "checkpoint.path", "", f"must be set when lake.path is object storage ({lake})",
             "give a local directory, or a URI your Spark's Hadoop can write (hdfs://, or "
-            "s3a:// with the hadoop-aws jars on the classpath); see 'Object storage' in the "
-            "README")
+            "s3a:// with the hadoop-aws jars on the classpath); see 'Object storage' in "
+            "docs/deployment.md")
     if not pipeline["checkpoint.path"] and "checkpoints" in topics:
         raise ConfigError("checkpoint.path", "", "must be set when a topic is named 'checkpoints'",
                           "the default <lake.path>/checkpoints would share its directory")

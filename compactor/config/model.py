@@ -61,7 +61,7 @@ class TopicConfig:
     @property
     def pass_allowance_ms(self) -> int:
         """Time reserved inside the deadline for waking up, a cleaning pass, its commit, and
-        the micro-batch commits it may wait behind (measured: up to 3 s with M = 10 s)."""
+        the micro-batch commits it may wait behind."""
         return max(3000, self.max_compaction_lag_ms // 5)
 
     @property
@@ -219,11 +219,10 @@ class CompactorConfig:
         """How long ``topic``'s latest-value table may lag its log.
 
         Each MERGE rewrites every table file holding a key it touches, so merging after every
-        micro-batch writes the table again and again (issue 15: 1.3x the naive baseline's
-        bytes). Merging every few seconds batches those rewrites, as Kafka Streams' record
-        cache does with ``commit.interval.ms``. A topic with an erasure deadline never waits
-        past its cleaning lag, so a tombstone leaves the table in time (0 when even that is
-        best effort: after every micro-batch).
+        micro-batch writes the table again and again. Merging every few seconds batches those
+        rewrites, as Kafka Streams' record cache does with ``commit.interval.ms``. A topic with an
+        erasure deadline never waits past its cleaning lag, so a tombstone leaves the table in time
+        (0 when even that is best effort: after every micro-batch).
         """
         tc = self.topic(topic)
         interval = self.table_merge_interval_ms

@@ -58,11 +58,10 @@ LEDGER_SCHEMA = pa.schema([
 # done event. Past this many small files the maintenance pass rewrites them as one (events
 # unchanged), so reading the ledger, which every micro-batch does, stays flat as a run ages.
 COMPACT_AT_FILES = 64
-# Files past this size are left as they are: a compaction rewrites the small files and at most
-# one file short of this size, however long the mirror has run (about 21 bytes an event once
-# compacted, so ~400,000 events, a day at 4 tombstones a second). Without the bound it rewrote
-# the whole ledger, up to delta-rs's 100 MB target, under the commit lock each time
-# (``python bench/ledger_compaction.py``). A ledger so gains a file a day at that rate.
+# Files past this size are left as they are: a compaction rewrites the small files and at most one
+# file short of this size, however long the mirror has run. Without the bound it rewrote the whole
+# ledger, up to delta-rs's 100 MB target, under the commit lock each time (``python
+# bench/ledger_compaction.py``).
 COMPACT_TARGET_BYTES = 8 * 1024 * 1024
 LEDGER_PROPERTIES = {
     "delta.dataSkippingStatsColumns": "event,partition,offset,deadlineMs,atMs",

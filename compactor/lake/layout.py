@@ -46,22 +46,20 @@ REJECTED_SCHEMA = pa.schema(
 # Statistics may name these columns only: key and value bytes in the transaction log would
 # outlive every erasure of the data files.
 STATS_COLUMNS = ("partition", "segment", "offset", "timestamp", "deleteHorizonMs")
-# Log hygiene for tables that take a commit every micro-batch (86,400 a day at a 1 s
-# trigger): a checkpoint every CHECKPOINT_INTERVAL commits (delta-rs writes it after the
-# commit), and commit files older than the log retention deleted when a checkpoint is written.
-# Ten, not delta-rs's 100: delta-rs reads every commit since the last checkpoint at once, each
-# read a task of its tokio runtime's blocking pool, and the pool keeps every thread such a
-# burst made for as long as any work reaches it within 10 s, which in a running mirror is
-# forever. ``bench/checkpoint_threads.py``: 400 appends peaked at 100 threads at 100 and 24 at
-# ten, 28.2 ms a commit against 15.9 ms (README, "Delta logs"). Our transaction logs hold
-# no key or value bytes (statistics and predicates above), so the retention is about size,
-# not erasure. It is the vacuum grace, at least LOG_RETENTION_FLOOR_MS (set by each
-# vacuum, :func:`compactor.cleaner.vacuum.ensure_properties`; one hour, the longest default
-# grace, until then): a version older than the grace has had its data files vacuumed, so
-# time travel to it has nothing to read, while every commit file kept is listed again by
-# each open and each commit (delta-rs lists ``_delta_log``; measured +40 ms per commit at
-# 3,000 files). The floor leaves a reader that is part-way through loading a snapshot the
-# commit files it listed.
+# Log hygiene for tables that take a commit every micro-batch (86,400 a day at a 1 s trigger): a
+# checkpoint every CHECKPOINT_INTERVAL commits (delta-rs writes it after the commit), and commit
+# files older than the log retention deleted when a checkpoint is written. Ten, not delta-rs's 100:
+# delta-rs reads every commit since the last checkpoint at once, each read a task of its tokio
+# runtime's blocking pool, and the pool keeps every thread such a burst made for as long as any
+# work reaches it within 10 s, which in a running mirror is forever
+# (``bench/checkpoint_threads.py``). Our transaction logs hold no key or value bytes (statistics
+# and predicates above), so the retention is about size, not erasure. It is the vacuum grace, at
+# least LOG_RETENTION_FLOOR_MS (set by each vacuum,
+# :func:`compactor.cleaner.vacuum.ensure_properties`; one hour, the longest default grace, until
+# then): a version older than the grace has had its data files vacuumed, so time travel to it has
+# nothing to read, while every commit file kept is listed again by each open and each commit
+# (delta-rs lists ``_delta_log``). The floor leaves a reader that is part-way through loading a
+# snapshot the commit files it listed.
 LOG_RETENTION_FLOOR_MS = 600_000
 CHECKPOINT_INTERVAL = 10
 LOG_HYGIENE = {

@@ -1,17 +1,16 @@
 """The log's commits written as one Delta commit file each, at a cost flat in the log's size.
 
-delta-rs 1.x commits from a snapshot of every live file: bringing a loaded table to the
-latest version rebuilds that snapshot (0.2-0.3 s on a log of 100,000 files, this project's
-2-core machine) and the commit rebuilds it again, so the ingest commit alone grew from 0.03 s
-on an empty log to 0.74 s there. The Delta protocol asks less of a writer: a commit is the
-file ``_delta_log/<version>.json``, created only if no writer created it first, after the
-writer has checked what its actions could conflict with. Our commits to the log move the
-app transactions that guard what they touch (an ingest commit its partitions' ingest
+delta-rs 1.x commits from a snapshot of every live file: bringing a loaded table to the latest
+version rebuilds that snapshot and the commit rebuilds it again, so a commit's cost grew with the
+number of live files (bench/README.md, "Why the code's settings"). The Delta protocol asks less of
+a writer: a commit is the file ``_delta_log/<version>.json``, created only if no writer created it
+first, after the writer has checked what its actions could conflict with. Our commits to the log
+move the app transactions that guard what they touch (an ingest commit its partitions' ingest
 positions, a cleaning commit the partition's cleaner checkpoint and rewrite fence), so their
-conflicts are: another writer moved one of those positions, a newer run claimed the log (the
-writer generation), a file to remove is no longer live, or the table's metadata or protocol
-changed. The log's :class:`~compactor.lake.log_state.LogFollower` knows all of them from the
-commit files it reads anyway.
+conflicts are: another writer moved one of those positions, a newer run claimed the log (the writer
+generation), a file to remove is no longer live, or the table's metadata or protocol changed. The
+log's :class:`~compactor.lake.log_state.LogFollower` knows all of them from the commit files it
+reads anyway.
 
 Protocol of :meth:`LogFollower.append` (under the follower's lock, itself taken under the
 run's commit lock):

@@ -68,8 +68,7 @@ def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, column
             if f.last_offset <= after or f.first_offset > upto:
                 continue
             # One thread, and the allocator's free pages handed back after each file: otherwise
-            # mimalloc keeps what decoding freed, and a first catch-up's resident memory grew
-            # with the log (100 -> 221 MB from 100k to 1.6M keys, no tombstone).
+            # a first catch-up's resident memory grows with the log (bench/README.md).
             for batch in file_batches(log_uri, f, columns, storage,
                                       f"partition {plog.partition}", use_threads=False):
                 if f.first_offset <= after or f.last_offset > upto:

@@ -4,9 +4,8 @@ Arrow's C++ code (the Parquet reader and writer among it) allocates from a defau
 Arrow picks from ``ARROW_DEFAULT_MEMORY_POOL`` once, when pyarrow loads; pyarrow's
 ``set_memory_pool``, which the Spark session calls for the configured pool
 (``streaming.session.use_arrow_pool``), reaches only what Python code allocates. Without the
-variable that default is mimalloc, which keeps pages a rewrite freed (see Benchmarks, W4):
-in a two-hour soak the driver's mimalloc arena grew 8 -> 26 MB resident in its first 50
-minutes while the session's pool was jemalloc. The mirror's Python workers get the variable
+variable that default is mimalloc, which keeps pages a rewrite freed (bench/README.md,
+"Why the code's settings"). The mirror's Python workers get the variable
 from ``spark.executorEnv``; the command line sets it for its own process here, unless the
 environment already names a pool. This module imports nothing that loads pyarrow.
 """

@@ -41,9 +41,8 @@ TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.5",
     # The erasure deadline: long enough for Spark's cold start on 2 cores, the first catch-up
     # of 200k Avro records, a cleaning pass and the vacuum grace (M/4), so the demo can keep it
-    # for the tombstones produced before Spark started; the ledger counts misses. At 60 s a
-    # newcomer's first run (cold disk caches, no class-data archive: the catch-up took 52 s
-    # instead of 46 s) missed it for those 400 tombstones and the demo exited 1.
+    # for the tombstones produced before Spark started; the ledger counts misses. A shorter
+    # one missed it on a newcomer's first run (cold disk caches, no class-data archive).
     "max.compaction.lag.ms": "90000",
     "delete.retention.ms": "30000",
 }

@@ -7,16 +7,13 @@ meets both:
    pages freed below memory still in use stay. :meth:`NativeHeapTrimmer.maybe_trim` calls
    ``malloc_trim(0)`` every 10 s, which hands every free whole page of every arena back
    (``madvise``) and shrinks the main heap's top; it holds each arena's lock while it walks
-   it, about 0.4 ms for the driver's heaps. In a two-hour soak without it the main arena's
-   memory in use stayed at 29.5 MB while what it had taken from the system grew 33.9 ->
-   37.8 MB; with it the main heap held level over the second hour (28.2 -> 24.6 MB resident
-   from minute 60 to 110, against 28.5 -> 35.8 MB without).
+   it. Without it the main heap's resident pages grew while its memory in use stayed level
+   (bench/README.md, "Why the code's settings").
 2. **Thread heaps keep their tops.** ``malloc_trim`` does not shrink the top of a thread's
    heap; ``free`` does, but only past ``M_TRIM_THRESHOLD``, which glibc raises on its own (to
    twice the largest mmap-served block freed so far, up to 64 MiB), and glibc then serves
-   blocks up to that size from the heaps instead of ``mmap``. In the same soak one thread
-   heap's top grew 2.2 -> 6.3 MB with 0.06 MB in use, and the thread heaps together 12.4 ->
-   22.7 MB, with 4 MB more in use. :meth:`NativeHeapTrimmer.start` sets both thresholds back
+   blocks up to that size from the heaps instead of ``mmap``, so a thread heap's top grew
+   with little in use (bench/README.md). :meth:`NativeHeapTrimmer.start` sets both thresholds back
    to glibc's defaults (128 KiB), which also stops glibc from moving them: large blocks come
    from ``mmap`` and go back on ``free``, and a heap's top is given back past 128 KiB.
    Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` for its workers for the same reason.
@@ -51,7 +48,7 @@ def _glibc() -> tuple[Callable[[int], int], Callable[[int, int], int]] | None:
     """glibc's ``malloc_trim`` and ``mallopt``, or None where the C library lacks them.
 
     Looked up among the symbols the interpreter already has loaded (its C library), not with
-    ``ctypes.util.find_library``, which runs ``ldconfig -p`` (about 10 ms) each time."""
+    ``ctypes.util.find_library``, which runs ``ldconfig -p`` in a subprocess each time."""
     try:
         libc: Any = ctypes.CDLL(None)
         trim, mallopt = libc.malloc_trim, libc.mallopt
