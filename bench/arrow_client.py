@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import Skewed, consume_loop, create_topic  # noqa: E402
 
-from compactor.ops.broker import EmbeddedBroker  # noqa: E402
-from compactor.ops.workload import produce  # noqa: E402
+from compactor.demo.broker import EmbeddedBroker  # noqa: E402
+from compactor.demo.workload import produce  # noqa: E402
 
 TOPIC = "skewed"
 

@@ -22,8 +22,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactor import open_log
 from compactor.config import build_config
-from compactor.ops.broker import EmbeddedBroker
-from compactor.ops.workload import Record, partition_for, produce
+from compactor.demo.broker import EmbeddedBroker
+from compactor.demo.workload import Record, partition_for, produce
 from streaming.service import Service
 
 

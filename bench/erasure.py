@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 from workloads import create_topic
 
 from compactor.config import build_config
-from compactor.ops.broker import EmbeddedBroker
-from compactor.ops.workload import Record, partition_for, produce
+from compactor.demo.broker import EmbeddedBroker
+from compactor.demo.workload import Record, partition_for, produce
 from streaming.service import Service
 
 

@@ -42,7 +42,7 @@ from compactor.lake.layout import (  # noqa: E402
     LOG_SCHEMA,
     ensure_table,
 )
-from compactor.lake.log_state import LogFollower  # noqa: E402
+from compactor.lake.log_follower import LogFollower  # noqa: E402
 from compactor.lake.storage import LOCAL  # noqa: E402
 from compactor.positions import INGEST  # noqa: E402
 

@@ -26,7 +26,7 @@ from workloads import rss_mb
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
 from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
-from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.ops.arrow_pool import pick_arrow_pool
 
 TOPIC = "mem"

@@ -55,8 +55,8 @@ from workloads import (  # noqa: E402
 from compactor.cleaner.maintenance import LogMaintenance, PassReport  # noqa: E402
 from compactor.cleaner.partition_cleaner import CleanStats  # noqa: E402
 from compactor.config import build_config  # noqa: E402
-from compactor.ops.broker import EmbeddedBroker  # noqa: E402
-from compactor.ops.workload import produce  # noqa: E402
+from compactor.demo.broker import EmbeddedBroker  # noqa: E402
+from compactor.demo.workload import produce  # noqa: E402
 from streaming.service import Service  # noqa: E402
 from streaming.session import build_session  # noqa: E402
 

@@ -56,8 +56,8 @@ from soak_producer import PARTITIONS, Producer, mirror_config  # noqa: E402
 from soak_records import Batches, Spool, capture_steps, print_parts  # noqa: E402
 from workloads import create_topic  # noqa: E402
 
-from compactor.kafka.offsets import OffsetReader  # noqa: E402
-from compactor.ops.broker import EmbeddedBroker  # noqa: E402
+from compactor.demo.broker import EmbeddedBroker  # noqa: E402
+from compactor.kafka.broker_offsets import OffsetReader  # noqa: E402
 from compactor.ops.native_heap import TRIM_INTERVAL_S, NativeHeapTrimmer  # noqa: E402
 from streaming.service import Service  # noqa: E402
 

@@ -19,17 +19,17 @@ from soak_producer import PARTITIONS, Producer, mirror_config
 from soak_records import Batches, capture_steps, print_parts
 from workloads import create_topic
 
+from compactor.demo.broker import EmbeddedBroker
+from compactor.demo.workload import Record, produce
 from compactor.ingest.writer import RangeResult, commit_ranges
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import write_data_file
 from compactor.lake.layout import (
-    KAFKA_SCHEMA,
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     ensure_table,
     topic_paths,
 )
-from compactor.ops.broker import EmbeddedBroker
-from compactor.ops.workload import Record, produce
 from compactor.positions import INGEST
 from streaming.service import Service
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from workloads import status_kb, tokio_threads
 
-from compactor.kafka.offsets import OffsetReader
+from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import topic_paths
-from compactor.lake.log_state import log_view
+from compactor.lake.log_follower import log_view
 from compactor.lake.storage import LOCAL
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.config import build_config
-from compactor.ops.workload import Record, partition_for, produce
+from compactor.demo.workload import Record, partition_for, produce
 
 PARTITIONS = 4
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactor.ops.workload import Record, partition_for
+from compactor.demo.workload import Record, partition_for
 
 
 @dataclass(frozen=True)

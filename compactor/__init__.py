@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from compactor.config import CompactorConfig, TopicConfig, build_config, load_config
     from compactor.exceptions import CompactorError
-    from compactor.lake.snapshot import LatestSnapshot, LogSnapshot, open_latest, open_log
+    from compactor.lake.bootstrap import LatestSnapshot, LogSnapshot, open_latest, open_log
 
 _WHERE = {
     "CompactorConfig": "compactor.config", "TopicConfig": "compactor.config",
     "build_config": "compactor.config", "load_config": "compactor.config",
     "CompactorError": "compactor.exceptions",
-    "LatestSnapshot": "compactor.lake.snapshot", "LogSnapshot": "compactor.lake.snapshot",
-    "open_latest": "compactor.lake.snapshot", "open_log": "compactor.lake.snapshot",
+    "LatestSnapshot": "compactor.lake.bootstrap", "LogSnapshot": "compactor.lake.bootstrap",
+    "open_latest": "compactor.lake.bootstrap", "open_log": "compactor.lake.bootstrap",
 }
 
 __all__ = [

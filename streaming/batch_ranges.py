@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming.kafka_source import KafkaStreamReader
-from streaming.offsets import Offsets
+from streaming.offset_planning import Offsets
 from streaming.source_options import SourceOptions
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from compactor.exceptions import BrokerUnavailableError, DataLossError
 from compactor.ingest.writer import PartitionPlan, RangeResult, append_batches
 from compactor.kafka.clients import with_logger
-from compactor.lake.layout import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
+from compactor.kafka.schema import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
 _TS_TYPES = np.array([-1, 0, 1], dtype=np.int32)

@@ -44,10 +44,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from compactor.exceptions import DataLossError
-from compactor.kafka.offsets import OffsetReader
+from compactor.kafka.broker_offsets import OffsetReader
 from streaming.consumer import consume_range
 from streaming.exceptions import KafkaSourceError
-from streaming.offsets import (
+from streaming.offset_planning import (
     EARLIEST,
     LATEST,
     OffsetRange,

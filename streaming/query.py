@@ -26,17 +26,17 @@ from compactor.exceptions import CompactorError
 from compactor.formats import exceptions as format_errors
 from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges
-from compactor.kafka.offsets import OffsetReader
-from compactor.lake.latest import catch_up
+from compactor.kafka.broker_offsets import OffsetReader
+from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
-from compactor.lake.log_state import log_view
+from compactor.lake.log_follower import log_view
 from compactor.positions import query_checkpoint
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_range
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
-from streaming.offsets import EARLIEST, LATEST
+from streaming.offset_planning import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from compactor.ingest.incarnation import Incarnations
 from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
 from compactor.lake.layout import topic_paths
-from compactor.lake.log_state import forget
+from compactor.lake.log_follower import forget
 from compactor.lake.missing_files import check_tables
 from compactor.ops.engine import RunSummary
 from compactor.ops.health import check_port

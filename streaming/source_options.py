@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from compactor.kafka.client_config import check_with_librdkafka, translate_java_keys
 from streaming.exceptions import KafkaSourceError
-from streaming.offsets import LATEST, Offsets, parse_starting_offsets
+from streaming.offset_planning import LATEST, Offsets, parse_starting_offsets
 
 SHORT_NAME = "pykafka"
 

@@ -133,7 +133,7 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from compactor.ops.broker import EmbeddedBroker
+    from compactor.demo.broker import EmbeddedBroker
 
     with EmbeddedBroker(tmp_path_factory.mktemp("broker") / "tansu.log") as b:
         yield b
@@ -142,7 +142,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def schema_registry() -> Iterator[Any]:
     """The embedded Schema Registry (Confluent's REST API) on a free localhost port."""
-    from compactor.ops.schema_registry import EmbeddedSchemaRegistry
+    from compactor.demo.schema_registry import EmbeddedSchemaRegistry
 
     with EmbeddedSchemaRegistry() as registry:
         yield registry

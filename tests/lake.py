@@ -9,7 +9,8 @@ from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
 from compactor.ingest.writer import RangeResult, append_batches, commit_ranges, plan_ranges
-from compactor.lake.layout import KAFKA_SCHEMA, topic_paths
+from compactor.kafka.schema import KAFKA_SCHEMA
+from compactor.lake.layout import topic_paths
 
 
 def offline_config(lake: str, topic: str, **topic_config: Any) -> CompactorConfig:

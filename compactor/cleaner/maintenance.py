@@ -7,8 +7,8 @@ Commit protocol of one pass, per partition:
    (:mod:`compactor.erasure.tombstones`); a dry run skips this.
 1. Plan from one snapshot of ``L/T/log``: the cleanable range (ending, at the latest, at the
    first segment holding an offset the readers have not read), the segments retention expires
-   (wholly read ones only), the segments to consolidate (:mod:`compactor.cleaner.merge`), for a
-   partition with an expired tombstone horizon how far the latest-value table merged (later
+   (wholly read ones only), the segments to consolidate (:mod:`compactor.cleaner.consolidation`),
+   for a partition with an expired tombstone horizon how far the latest-value table merged (later
    tombstones stay), the cleaner checkpoint C (``compactor-cleaner-<partition>``) and the fence F
    (``compactor-rewrite-<partition>``).
 2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
@@ -44,7 +44,7 @@ from compactor.cleaner.cleanable import (
     cleanable_range,
     cleaning_order,
 )
-from compactor.cleaner.merge import merge_runs
+from compactor.cleaner.consolidation import merge_runs
 from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.cleaner.retention import expired_segments
 from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
@@ -52,13 +52,14 @@ from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
 from compactor.lake import fencing, log_commit, operations
+from compactor.lake.commit_files import Conflict
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
     open_table,
     topic_paths,
 )
-from compactor.lake.log_state import follow, log_view
+from compactor.lake.log_follower import follow, log_view
 from compactor.positions import CLEANER, REWRITE, TABLE, WRITER
 
 log = logging.getLogger(__name__)
@@ -356,7 +357,7 @@ class LogMaintenance:
             fencing.check_generation(path, generation, position(WRITER.id()))
             if (position(CLEANER.id(result.partition)) != item.checkpoint
                     or (position(REWRITE.id(result.partition)) or 0) != item.fence):
-                raise log_commit.Conflict(f"{path}: partition {result.partition}'s cleaner "
+                raise Conflict(f"{path}: partition {result.partition}'s cleaner "
                                           "checkpoint or fence moved")
 
         operation, summary = _operation(result)
@@ -368,7 +369,7 @@ class LogMaintenance:
                     removes=[(f, True) for f in result.removed]
                     + [(f, False) for f in result.merged_from],  # consolidation: no data change
                     moved=result.merged)
-            except log_commit.Conflict as exc:
+            except Conflict as exc:
                 log.warning("%s-%d: another cleaner committed first; this pass is dropped (%s)",
                             *key, exc)
                 return False

@@ -17,7 +17,7 @@ A pass, given a :class:`CleanPlan` built on the driver from one Delta snapshot:
    unchanged.
 4. Consolidation: closed segments of several files (and runs of the active segment's small
    files) that step 3 left alone are rewritten as one file each, no record changed
-   (:mod:`compactor.cleaner.merge`).
+   (:mod:`compactor.cleaner.consolidation`).
 5. The task returns the files to remove and add and the new checkpoint (``end``); the driver
    commits them in one Delta commit (see :mod:`compactor.cleaner.maintenance`).
 
@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.cleaner.cleanable import CleanableRange
-from compactor.cleaner.merge import MergeRun, merge_run
+from compactor.cleaner.consolidation import MergeRun, merge_run
 from compactor.cleaner.offset_map import OffsetMap, digests
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
-from compactor.lake.offset_ranges import file_batches
+from compactor.lake.range_reader import file_batches
 from compactor.lake.segments import DataFile, Segment, record_sizes
 from compactor.lake.storage import Storage
 
@@ -106,7 +106,7 @@ class CleanResult:
     added: tuple[WrittenFile, ...] = ()
     stats: CleanStats = field(default_factory=CleanStats)
     error: str | None = None
-    # Segment consolidation (compactor.cleaner.merge): the same records in fewer files.
+    # Segment consolidation (compactor.cleaner.consolidation): the same records in fewer files.
     merged_from: tuple[DataFile, ...] = ()
     merged: tuple[WrittenFile, ...] = ()
 

@@ -26,6 +26,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def command(args: argparse.Namespace) -> int:
-    from compactor.ops.demo import run_demo
+    from compactor.demo.run import run_demo
 
     return run_demo(args.dir, users=args.users, updates=args.updates, verbose=args.verbose)

@@ -55,9 +55,9 @@ def _decoders(config: Any, args: argparse.Namespace) -> tuple[Any, str, str]:
 
 def command(args: argparse.Namespace) -> int:
     from compactor.config import load_config
-    from compactor.lake.layout import KAFKA_SCHEMA
+    from compactor.kafka.schema import KAFKA_SCHEMA
+    from compactor.lake.bootstrap import open_latest, open_log
     from compactor.lake.reader import parse_from_offsets, write
-    from compactor.lake.snapshot import open_latest, open_log
 
     config = load_config(args.config, overrides(args))
     if args.topic not in config.topics:

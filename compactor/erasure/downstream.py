@@ -31,8 +31,8 @@ from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import ConfigError, LakeError
 from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
-from compactor.lake.log_state import LogView, log_view
-from compactor.lake.offset_ranges import WrittenTombstones, read_tombstones
+from compactor.lake.log_follower import LogView, log_view
+from compactor.lake.range_reader import WrittenTombstones, read_tombstones
 from compactor.lake.segments import PartitionLog
 from compactor.positions import ERASE
 

@@ -43,8 +43,8 @@ from compactor.erasure.ledger_retention import LedgerRetention
 from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
-from compactor.lake.log_state import LogView, log_view
-from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
+from compactor.lake.log_follower import LogView, log_view
+from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
 from compactor.positions import CLEANER, ERASE, LEDGER, TABLE, Position
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from compactor.config import CompactorConfig
 from compactor.erasure.downstream import DownstreamEraser
 from compactor.erasure.ledger import ErasureLedger
 from compactor.lake.layout import topic_paths
-from compactor.lake.log_state import log_view
-from compactor.lake.offset_ranges import WrittenTombstones
+from compactor.lake.log_follower import log_view
+from compactor.lake.range_reader import WrittenTombstones
 
 
 @dataclass(frozen=True)

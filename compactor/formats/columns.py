@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from compactor.formats.decoder import Decoded, Group
 from compactor.formats.records import first_failures
-from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.kafka.schema import KAFKA_SCHEMA
 
 KAFKA_COLUMNS = frozenset(KAFKA_SCHEMA.names)
 

@@ -48,8 +48,8 @@ from compactor.lake.layout import (
     ensure_table,
     topic_paths,
 )
-from compactor.lake.log_state import LogView, follow, log_view
-from compactor.lake.offset_ranges import TOMBSTONE_COLUMNS, WrittenTombstones
+from compactor.lake.log_follower import LogView, follow, log_view
+from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import rejected_rows
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage, failure

@@ -1,7 +1,10 @@
-"""A Delta log's commit files read directly, for the followers that advance from new commits.
+"""A Delta log's commit files, read and written directly.
+
+Reading: for the followers that advance from new commits. Writing: a commit file created only
+if no writer created it first (step 4 of :meth:`compactor.lake.log_follower.LogFollower.append`).
 
 delta-rs opens a table by replaying its last checkpoint and every commit since; a process that
-looks at the same table again and again (the log follower of :mod:`compactor.lake.log_state`,
+looks at the same table again and again (the log follower of :mod:`compactor.lake.log_follower`,
 the erasure backlog of :mod:`compactor.erasure.backlog`) instead reads the commit files written
 after the version it knows, ``_delta_log/<version>.json``, one JSON action per line.
 """
@@ -9,6 +12,8 @@ after the version it knows, ``_delta_log/<version>.json``, one JSON action per l
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -63,3 +68,50 @@ def check_not_overtaken(uri: str, storage: Storage, version: int) -> None:
     if (last is None or last < version) and version >= 0 \
             and read_log_file(uri, storage, f"{version:020d}.json") is None:
         raise Overtaken
+
+
+class Conflict(LakeError):
+    """Another writer moved what this commit checked: nothing was committed."""
+
+
+STALE_TEMPORARY_S = 3600.0
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp") and ".json." in name
+
+
+def remove_stale_temporaries(log_dir: str, now_s: float,
+                             older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
+    """Step 6's sweep: delete the temporary commit files in the local ``log_dir`` last
+    modified more than ``older_than_s`` before ``now_s``; their names."""
+    removed = []
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            if not _is_temporary(entry.name):
+                continue
+            try:
+                if entry.stat().st_mtime < now_s - older_than_s:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+            except FileNotFoundError:  # its writer (or another sweep) removed it meanwhile
+                continue
+    return sorted(removed)
+
+
+def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
+    """Step 4: create ``<version>.json`` in the local ``log_dir`` unless it exists; False when
+    another writer created it first. Raises OSError when the disk refuses."""
+    target = os.path.join(log_dir, f"{version:020d}.json")
+    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temporary)
+    return True

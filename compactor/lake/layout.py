@@ -17,23 +17,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
+from compactor.kafka.schema import KAFKA_FIELDS, TIMESTAMP_TYPE
 from compactor.lake.storage import Storage, failure, is_local, local_path
 
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-
-# Spark's Kafka source schema, column for column.
-KAFKA_FIELDS = [
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", TIMESTAMP_TYPE),
-    pa.field("timestampType", pa.int32()),
-    pa.field("headers", HEADERS_TYPE),
-]
-KAFKA_SCHEMA = pa.schema(KAFKA_FIELDS)
 LOG_SCHEMA = pa.schema(
     [*KAFKA_FIELDS, pa.field("segment", pa.int64()), pa.field("deleteHorizonMs", pa.int64())]
 )

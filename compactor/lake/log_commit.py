@@ -9,57 +9,29 @@ move the app transactions that guard what they touch (an ingest commit its parti
 positions, a cleaning commit the partition's cleaner checkpoint and rewrite fence), so their
 conflicts are: another writer moved one of those positions, a newer run claimed the log (the writer
 generation), a file to remove is no longer live, or the table's metadata or protocol changed. The
-log's :class:`~compactor.lake.log_state.LogFollower` knows all of them from the commit files it
+log's :class:`~compactor.lake.log_follower.LogFollower` knows all of them from the commit files it
 reads anyway.
 
-Protocol of :meth:`LogFollower.append` (under the follower's lock, itself taken under the
-run's commit lock):
-
-1. Advance the follower to the latest version V, reading only the commit files written since
-   its last look (a full read at start or when the table was replaced).
-2. Give up, so that the caller commits through delta-rs, when the table's protocol is one
-   this writer does not implement (writer version above 2: table features) or the log is not
-   on a local disk (put-if-absent on object storage needs the store's conditional put,
-   which delta-rs configures per store).
-3. Run the caller's check against the positions at V (the writer generation, each position
-   the commit moves) and make sure every file to remove is live at V. A failed check raises
-   (:class:`Conflict` when another writer got there first); nothing is written.
-4. Write the actions (``commitInfo``, ``remove``, ``add``, ``txn``) to a temporary file in
-   ``_delta_log`` and hard-link it to ``<V+1>.json``. The link fails when that name exists,
-   so of two writers of V+1 exactly one wins, as with delta-rs's own commit on a local
-   disk. The temporary file is removed either way. A reader never sees a partial commit
-   file: the name appears only once its content is written and synced.
-5. Another writer won V+1: go back to 1 (at most five times).
-6. When V+1 is a multiple of ``delta.checkpointInterval``, write the checkpoint and delete
-   commit files older than ``delta.logRetentionDuration``, as delta-rs does after its own
-   commits: the one step that reads every live file, once per interval, not per batch. It
-   failing fails no commit (the next one due retries it; a reader only replays more JSON).
-   Temporary files of step 4 older than an hour are deleted then too: a writer that died
-   between writing and linking one left it behind (delta-rs ignores them; no live writer
-   holds one for more than the seconds a write and a link take).
+Each commit is carried out by :meth:`~compactor.lake.log_follower.LogFollower.append`, whose
+module writes its protocol down; this one builds the commit's actions and falls back to
+delta-rs where that protocol does not apply.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pyarrow as pa
 from deltalake import Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from compactor.exceptions import LakeError
 from compactor.lake import operations
 from compactor.lake.datafiles import WrittenFile, add_action
+from compactor.lake.log_follower import LogFollower
 from compactor.lake.segments import DataFile
-
-if TYPE_CHECKING:
-    from compactor.lake.log_state import LogFollower
 
 # What a check reads: an app transaction's version at the version being committed on.
 Positions = Callable[[str], "int | None"]
@@ -69,10 +41,6 @@ try:
     _ENGINE = f"kafka-lake-compactor-{metadata.version('kafka-lake-compactor')}"
 except metadata.PackageNotFoundError:  # run from a source tree that was never installed
     _ENGINE = "kafka-lake-compactor"
-
-
-class Conflict(LakeError):
-    """Another writer moved what this commit checked: nothing was committed."""
 
 
 def _path(relative: str) -> str:
@@ -113,49 +81,6 @@ def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], opera
             txn["lastUpdated"] = t.last_updated
         actions.append({"txn": txn})
     return [json.dumps(a, separators=(",", ":")) for a in actions]
-
-
-STALE_TEMPORARY_S = 3600.0
-
-
-def _is_temporary(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp") and ".json." in name
-
-
-def remove_stale_temporaries(log_dir: str, now_s: float,
-                             older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
-    """Step 6's sweep: delete the temporary commit files in the local ``log_dir`` last
-    modified more than ``older_than_s`` before ``now_s``; their names."""
-    removed = []
-    with os.scandir(log_dir) as entries:
-        for entry in entries:
-            if not _is_temporary(entry.name):
-                continue
-            try:
-                if entry.stat().st_mtime < now_s - older_than_s:
-                    os.unlink(entry.path)
-                    removed.append(entry.name)
-            except FileNotFoundError:  # its writer (or another sweep) removed it meanwhile
-                continue
-    return sorted(removed)
-
-
-def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
-    """Step 4: create ``<version>.json`` in the local ``log_dir`` unless it exists; False when
-    another writer created it first. Raises OSError when the disk refuses."""
-    target = os.path.join(log_dir, f"{version:020d}.json")
-    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "w", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    try:
-        os.link(temporary, target)
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(temporary)
-    return True
 
 
 def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Transaction],

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compactor.exceptions import LakeError
+from compactor.kafka.schema import KAFKA_SCHEMA, TIMESTAMP_TYPE
 from compactor.lake import operations
-from compactor.lake.layout import KAFKA_SCHEMA, REJECTED_SCHEMA, TIMESTAMP_TYPE, open_table
+from compactor.lake.layout import REJECTED_SCHEMA, open_table
 from compactor.lake.storage import Storage, failure
 from compactor.positions import TYPED
 

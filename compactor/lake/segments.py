@@ -321,7 +321,7 @@ def read_partition_logs(
     """Every partition's segments and positions, from one snapshot of ``table``.
 
     Reads every add action: for one-off readers. A long-running process follows the log
-    with :mod:`compactor.lake.log_state` instead.
+    with :mod:`compactor.lake.log_follower` instead.
     """
     actions = pa.table(table.get_add_actions(flatten=True))
     files = _files_from_actions(actions) if actions.num_rows else []

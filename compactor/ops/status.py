@@ -17,9 +17,9 @@ from compactor.cleaner.cleanable import active_segment, cleanable_range
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import CompactorError
-from compactor.kafka.offsets import OffsetReader
+from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import open_table, topic_paths
-from compactor.lake.log_state import follow, log_view
+from compactor.lake.log_follower import follow, log_view
 from compactor.lake.segments import PartitionLog, read_partition_logs
 
 

@@ -110,7 +110,7 @@ def recreate_topic(broker: Any, topic_factory: Any, topic: str, records: int) ->
     """Delete ``topic``, create it again with one partition and produce ``records`` to it."""
     from confluent_kafka.admin import AdminClient
 
-    from compactor.ops.workload import Record, produce
+    from compactor.demo.workload import Record, produce
     from tests.conftest import wait_until
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})

@@ -27,10 +27,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from compactor.config import build_config, resolve_config
+from compactor.demo.workload import Record, partition_for, produce
 from compactor.erasure.ledger import ErasureLedger
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.status import collect_status
-from compactor.ops.workload import Record, partition_for, produce
 from tests.conftest import wait_until
 
 PARTITIONS = 2

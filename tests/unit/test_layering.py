@@ -18,11 +18,14 @@ OURS = ("compactor", "streaming")
 LAYERS = [
     {"compactor.positions"},
     {"compactor.exceptions"},
-    {"compactor.kafka", "compactor.lake", "compactor.formats"},
+    {"compactor.kafka"},
+    {"compactor.formats"},
+    {"compactor.lake"},
     {"compactor.config"},
     {"compactor.ingest", "compactor.erasure"},
     {"compactor.cleaner"},
     {"compactor", "compactor.ops"},
+    {"compactor.demo"},
     {"compactor.cli", "compactor.__main__"},
     {"streaming"},
 ]
@@ -72,3 +75,19 @@ def test_nothing_imports_upward(package: str) -> None:
 def test_compactor_never_imports_streaming() -> None:
     assert [(m, t) for m, t, _ in _imports()
             if m.startswith("compactor") and t.startswith("streaming")] == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, target, _ in _imports():
+        graph.setdefault(module, set()).add(target)
+    return graph
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """Layers catch circles between packages; this one catches them inside a package."""
+    graph = _module_graph()
+    circles = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets
+                      if a != b and a in graph.get(b, set()) and b != a.rsplit(".", 1)[0]
+                      and a != b.rsplit(".", 1)[0]})
+    assert circles == []

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from compactor.demo.workload import Record, produce
 from compactor.lake.layout import topic_paths
-from compactor.ops.workload import Record, produce
 from tests.integration.helpers import log_table, run_once, write_config
 
 

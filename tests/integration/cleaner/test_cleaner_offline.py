@@ -300,7 +300,7 @@ def test_every_commit_names_what_it_did_in_commit_info(tmp_path: Path) -> None:
 
 def test_a_tombstone_past_its_horizon_stays_until_the_latest_value_table_merged_it(
         tmp_path: Path) -> None:
-    from compactor.lake.latest import catch_up
+    from compactor.lake.latest_table import catch_up
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
                             min_cleanable_dirty_ratio=0.01, delete_retention_ms=1000)

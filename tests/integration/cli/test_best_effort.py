@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.integration.helpers import compactor, log_table, run_once, write_config
 
 

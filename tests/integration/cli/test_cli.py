@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import compactor, lake_offsets, write_config
 

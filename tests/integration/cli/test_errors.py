@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.integration.helpers import write_config
 
 COMPACTOR = [sys.executable, "-m", "compactor.cli"]

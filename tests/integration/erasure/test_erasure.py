@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import find_markers, lake_offsets, running, write_config

@@ -63,7 +63,7 @@ def test_the_backlog_comes_from_the_events(tmp_path: Path) -> None:
 def test_reconcile_restores_done_events_a_crash_lost(tmp_path: Path) -> None:
     from deltalake.transaction import CommitProperties
 
-    from compactor.lake.latest import catch_up
+    from compactor.lake.latest_table import catch_up
     from compactor.positions import CLEANER, TABLE
 
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact",

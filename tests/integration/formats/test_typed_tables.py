@@ -19,9 +19,9 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 
+from compactor.demo.workload import Record, produce
 from compactor.formats.exceptions import SchemaRegistryUnavailableError
 from compactor.lake.layout import topic_paths
-from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import (

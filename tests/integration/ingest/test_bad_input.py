@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.integration.helpers import log_table, run_once
 
 TEN_MB = 10 * 1024 * 1024

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.integration.helpers import lake_offsets, run_once
 
 

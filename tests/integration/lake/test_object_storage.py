@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from compactor.demo.workload import Record, produce
 from compactor.lake.segments import read_partition_logs
-from compactor.ops.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import compactor, free_port, write_config
 

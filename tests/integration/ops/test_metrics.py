@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import free_port, write_config
 
@@ -74,7 +74,7 @@ def test_refreshing_reads_only_what_was_committed_since_the_last_refresh(
     from compactor.config import build_config, with_topic_configs
     from compactor.erasure.ledger import ErasureLedger
     from compactor.lake.layout import topic_paths
-    from compactor.lake.log_state import follow
+    from compactor.lake.log_follower import follow
     from compactor.ops.metrics import Metrics
     from compactor.ops.status import collect_status
     from tests.lake import append

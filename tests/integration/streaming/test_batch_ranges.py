@@ -7,7 +7,7 @@ import logging
 import uuid
 from typing import Any
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from streaming.batch_ranges import BatchRanges
 from streaming.kafka_source import SHORT_NAME
 

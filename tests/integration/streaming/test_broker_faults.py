@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compactor.ops.broker import EmbeddedBroker
-from compactor.ops.workload import Record, produce
+from compactor.demo.broker import EmbeddedBroker
+from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
 from tests.integration.helpers import lake_offsets
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
+from compactor.demo.workload import Record, produce
 from compactor.exceptions import DataLossError
 from compactor.ingest.incarnation import TOPIC_ID_PROPERTY
 from compactor.lake.layout import topic_paths
-from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import log_table, recreate_topic, run_once, running

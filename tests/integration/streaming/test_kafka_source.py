@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compactor.ops.workload import Record, produce
+from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
 
 
@@ -170,7 +170,7 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, broker, to
 
 def test_fetch_offset_retries_are_spent_before_the_error(tmp_path) -> None:
     from compactor.exceptions import BrokerUnavailableError
-    from compactor.kafka.offsets import OffsetReader
+    from compactor.kafka.broker_offsets import OffsetReader
 
     reader = OffsetReader({"bootstrap.servers": "127.0.0.1:1"}, timeout_s=0.5, retries=2,
                           retry_interval_ms=10)

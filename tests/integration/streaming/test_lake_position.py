@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from compactor.demo.workload import Record, produce
 from compactor.lake.layout import topic_paths
-from compactor.ops.workload import Record, produce
 from tests.integration.helpers import lake_offsets, recreate_topic, run_once
 
 

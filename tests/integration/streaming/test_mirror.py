@@ -8,8 +8,8 @@ import time
 import pyarrow.compute as pc
 import pytest
 
+from compactor.demo.workload import Record, produce
 from compactor.lake.segments import SegmentRoller, record_sizes
-from compactor.ops.workload import Record, produce
 from tests.integration.helpers import log_table, log_version, rejected_table, run_once
 
 BASE_MS = 1_700_000_000_000

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
+from compactor.demo.workload import Record, produce
 from compactor.lake.layout import topic_paths
 from compactor.ops.native_heap import NativeHeapTrimmer
-from compactor.ops.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import log_table, running

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from compactor.lake.latest import latest_per_key
-from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.kafka.schema import KAFKA_SCHEMA
+from compactor.lake.latest_table import latest_per_key
 
 
 def reference(rows: list[dict]) -> dict[bytes, tuple[int, int]]:

@@ -2,8 +2,9 @@ import json
 
 import pyarrow as pa
 
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import file_stats
-from compactor.lake.layout import KAFKA_SCHEMA, data_file_name, record_bytes_of, topic_paths
+from compactor.lake.layout import data_file_name, record_bytes_of, topic_paths
 from compactor.lake.segments import record_sizes
 
 

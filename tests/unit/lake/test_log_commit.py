@@ -18,13 +18,14 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from compactor.exceptions import LakeError
 from compactor.lake import log_commit, operations
+from compactor.lake.commit_files import Conflict, remove_stale_temporaries
 from compactor.lake.datafiles import add_action
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
-from compactor.lake.log_state import LogFollower
+from compactor.lake.log_follower import LogFollower
 from compactor.lake.segments import read_partition_logs
 from compactor.lake.storage import LOCAL
 from compactor.positions import INGEST, WRITER
-from tests.unit.lake.test_log_state import _file
+from tests.unit.lake.test_log_follower import _file
 
 Positions = Callable[[str], "int | None"]
 
@@ -193,7 +194,7 @@ def test_removes_and_rewrites_land_once_and_a_second_remove_of_a_file_conflicts(
     assert {c["remove"]["dataChange"] for c in changes if "remove" in c} == {False}
     assert {c["add"]["dataChange"] for c in changes if "add" in c} == {False}
 
-    with pytest.raises(log_commit.Conflict, match="no longer in the log at version 2"):
+    with pytest.raises(Conflict, match="no longer in the log at version 2"):
         log_commit.append(follower, [], [], operations.RETENTION, "again",
                           lambda position: None, LOG_SCHEMA, LOG_PARTITION_COLUMNS, 0,
                           removes=[(live[0], True)])
@@ -233,5 +234,5 @@ def test_the_sweep_leaves_commit_files_and_checkpoints_alone(tmp_path: Path) -> 
     for name in names:
         (tmp_path / name).write_text("x")
         os.utime(tmp_path / name, (old, old))
-    assert log_commit.remove_stale_temporaries(str(tmp_path), time.time()) == [names[3]]
+    assert remove_stale_temporaries(str(tmp_path), time.time()) == [names[3]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n in names if n != names[3])

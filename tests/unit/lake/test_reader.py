@@ -9,7 +9,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from compactor.lake.layout import KAFKA_SCHEMA
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.reader import RecordFormatError, parse_from_offsets, write
 
 

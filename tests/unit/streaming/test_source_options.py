@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streaming.exceptions import KafkaSourceError
-from streaming.offsets import OffsetRange, split_ranges
+from streaming.offset_planning import OffsetRange, split_ranges
 from streaming.source_options import CLIENT_REFUSED, NOT_YET, SourceOptions
 
 BASE = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}

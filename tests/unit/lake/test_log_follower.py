@@ -15,9 +15,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, RemoveAction, Transaction
 
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
-from compactor.lake.layout import KAFKA_SCHEMA, LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
-from compactor.lake.log_state import LogFollower
+from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
+from compactor.lake.log_follower import LogFollower
 from compactor.lake.segments import read_partition_logs
 from compactor.lake.storage import LOCAL
 from compactor.positions import CLEANER, INGEST, REWRITE

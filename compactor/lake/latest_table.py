@@ -49,15 +49,15 @@ from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
 from compactor.formats.columns import typed_columns
 from compactor.formats.records import decode_records, decoders_for
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake import operations
 from compactor.lake.layout import (
-    KAFKA_SCHEMA,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
     topic_paths,
 )
-from compactor.lake.log_state import log_view
-from compactor.lake.offset_ranges import read_offsets
+from compactor.lake.log_follower import log_view
+from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
 from compactor.lake.segments import PartitionLog
 from compactor.lake.storage import Storage, failure

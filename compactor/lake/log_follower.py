@@ -50,9 +50,15 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
-from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
+from compactor.lake.commit_files import (
+    Conflict,
+    Overtaken,
+    check_not_overtaken,
+    put_if_absent,
+    read_commit,
+    remove_stale_temporaries,
+)
 from compactor.lake.layout import join, open_table
-from compactor.lake.log_commit import Conflict, put_if_absent, remove_stale_temporaries
 from compactor.lake.segments import (
     DataFile,
     PartitionLog,
@@ -154,10 +160,27 @@ class LogFollower:
 
     def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
                removed: Sequence[str] = ()) -> int | None:
-        """Steps 1-6 of :mod:`compactor.lake.log_commit`: commit ``lines`` as the next version
-        once ``check`` passes against the positions there and the ``removed`` paths are live;
-        the version, or None when this log's commits must go through delta-rs (object
-        storage, table features)."""
+        """Commit ``lines`` as the next version once ``check`` passes against the positions
+        there and the ``removed`` paths are live; the version, or None when this log's commits
+        must go through delta-rs (object storage, table features).
+
+        The commit protocol, under this follower's lock (itself taken under the run's commit
+        lock):
+
+        1. Advance to the latest version V, reading only the commit files written since the
+           last look (a full read at start or when the table was replaced).
+        2. Give up (the caller commits through delta-rs) when the table's protocol is one this
+           writer does not implement (writer version above 2) or the log is not on a local disk.
+        3. Run ``check`` against the positions at V and make sure every file to remove is live
+           at V; a failure raises (:class:`Conflict` when another writer got there first).
+        4. Write the actions to a temporary file in ``_delta_log`` and hard-link it to
+           ``<V+1>.json`` (:func:`put_if_absent`): of two writers of V+1 exactly one wins, and
+           no reader sees a partial commit file.
+        5. Another writer won V+1: back to 1, at most ``_APPEND_ATTEMPTS`` times.
+        6. When V+1 is a multiple of the checkpoint interval, write the checkpoint and delete
+           expired commit files, as delta-rs does after its own commits (:meth:`_checkpoint`);
+           its failure fails no commit. Temporary files a dead writer left are swept then.
+        """
         if not is_local(self.uri):
             return None
         log_dir = join(local_path(self.uri), "_delta_log")
@@ -189,7 +212,7 @@ class LogFollower:
             "version to another writer; stop the other 'compactor run' on this lake and topic")
 
     def check_live(self, paths: Iterable[str]) -> None:
-        """Raise :class:`~compactor.lake.log_commit.Conflict` when a path is not a live file
+        """Raise :class:`~compactor.lake.commit_files.Conflict` when a path is not a live file
         of the log as of the last look (another commit removed it)."""
         with self._lock:
             self._check_live(paths)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compactor.kafka.offsets import missing_offsets
+from compactor.kafka.broker_offsets import missing_offsets
 
 
 def test_real_offsets_pass() -> None:

@@ -39,8 +39,8 @@ from deltalake import DeltaTable
 
 from compactor.exceptions import BrokerUnavailableError, LakeError
 from compactor.kafka.clients import with_logger
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.layout import (
-    KAFKA_SCHEMA,
     join,
     read_table,
     topic_paths,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from compactor.lake.latest import catch_up
+from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from tests.lake import append, offline_config
 

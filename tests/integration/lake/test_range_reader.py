@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from compactor.lake.layout import topic_paths
-from compactor.lake.log_state import log_view
-from compactor.lake.offset_ranges import (
+from compactor.lake.log_follower import log_view
+from compactor.lake.range_reader import (
     TOMBSTONE_COLUMNS,
     iter_offsets,
     read_offsets,

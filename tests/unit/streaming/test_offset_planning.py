@@ -1,7 +1,7 @@
 import pytest
 
 from streaming.exceptions import KafkaSourceError
-from streaming.offsets import OffsetRange, parse_starting_offsets, rate_limit
+from streaming.offset_planning import OffsetRange, parse_starting_offsets, rate_limit
 
 
 def test_rate_limit_shares_in_proportion_to_backlog() -> None:

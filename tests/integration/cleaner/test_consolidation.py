@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from compactor.cleaner.consolidation import ACTIVE_MERGE_FILES
 from compactor.cleaner.maintenance import LogMaintenance, PassReport
-from compactor.cleaner.merge import ACTIVE_MERGE_FILES
 from compactor.cleaner.partition_cleaner import clean_partition
 from compactor.lake.layout import topic_paths
 from compactor.ops.status import collect_status

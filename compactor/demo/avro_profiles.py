@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import replace
 
-from compactor.ops.workload import ProfileWorkload, Record
+from compactor.demo.workload import ProfileWorkload, Record
 
 PROFILE_SCHEMA = {
     "type": "record", "name": "UserProfile", "namespace": "demo",
@@ -23,7 +23,7 @@ PROFILE_SCHEMA = {
 
 
 class AvroProfiles:
-    """Re-encodes the JSON profiles of :mod:`compactor.ops.workload` as Avro."""
+    """Re-encodes the JSON profiles of :mod:`compactor.demo.workload` as Avro."""
 
     def __init__(self, registry_url: str, topic: str) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient

@@ -10,7 +10,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from compactor.ops.schema_registry import EmbeddedSchemaRegistry, check_compatible
+from compactor.demo.schema_registry import EmbeddedSchemaRegistry, check_compatible
 
 V1 = {"type": "record", "name": "U", "fields": [{"name": "id", "type": "int"}]}
 V2 = {"type": "record", "name": "U", "fields": [

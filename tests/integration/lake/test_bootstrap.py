@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from compactor.demo.workload import Record, partition_for, produce
 from compactor.exceptions import LakeError
-from compactor.lake.snapshot import open_latest, open_log
-from compactor.ops.workload import Record, partition_for, produce
+from compactor.lake.bootstrap import open_latest, open_log
 from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import running

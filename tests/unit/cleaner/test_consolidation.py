@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compactor.cleaner.merge import ACTIVE_MERGE_FILES, ACTIVE_SMALL_BYTES, merge_runs
+from compactor.cleaner.consolidation import ACTIVE_MERGE_FILES, ACTIVE_SMALL_BYTES, merge_runs
 from compactor.lake.segments import DataFile, Segment
 
 

@@ -18,19 +18,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import build_config
+from compactor.demo.avro_profiles import AvroProfiles
+from compactor.demo.broker import EmbeddedBroker
+from compactor.demo.picture import Timeline, render
+from compactor.demo.schema_registry import EmbeddedSchemaRegistry
+from compactor.demo.workload import ProfileWorkload, Record, live_changes, produce, profile_workload
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import ConfigError
 from compactor.ingest.writer import BatchStats
 from compactor.kafka.clients import with_logger
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
-from compactor.ops.avro_profiles import AvroProfiles
-from compactor.ops.broker import EmbeddedBroker
 from compactor.ops.engine import Engine, load_engine
-from compactor.ops.picture import Timeline, render
-from compactor.ops.schema_registry import EmbeddedSchemaRegistry
 from compactor.ops.status import collect_status
-from compactor.ops.workload import ProfileWorkload, Record, live_changes, produce, profile_workload
 
 TOPIC = "users"
 PARTITIONS = 3

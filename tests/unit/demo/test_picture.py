@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from compactor.demo.picture import PassMark, Sample, Timeline, render
 from compactor.erasure.ledger import Erasure
-from compactor.ops.picture import PassMark, Sample, Timeline, render
 from tests.lake import offline_config
 
 
