@@ -130,7 +130,7 @@ class Service:
         self, on_batch: Callable[[int, Mapping[str, BatchStats]], None] | None,
         on_pass: Callable[[PassReport], None] | None,
     ) -> _Run:
-        """Step 1: the session, the mirror, the cleaner, fencing, metrics and progress."""
+        """Wire the session, the mirror, the cleaner, fencing, metrics and progress (step 1)."""
         from streaming.query import Mirror
         from streaming.session import build_session
 
@@ -181,7 +181,7 @@ class Service:
                     RunSummary(ingest=mirror.totals), group)
 
     def _recover(self, mirror: Any) -> None:
-        """Step 2: repair what a crash left behind: a table behind its log, lost done events."""
+        """Repair what a crash left behind: a table behind its log, lost done events (step 2)."""
         mirror.merge_tables(force=True)
         for topic in self.config.topics:
             for target, upto in mirror.ledger.reconcile(topic).items():
@@ -189,8 +189,9 @@ class Service:
                          topic, target, upto)
 
     def _loop(self, run: _Run, query: Any, once: bool) -> None:
-        """Step 3: until stopped, clean after each micro-batch and when a deadline is due, and
-        every 10 s give the driver's freed native memory back (:mod:`compactor.ops.native_heap`)."""
+        """Until stopped, clean after each micro-batch and when a deadline is due, and
+        every 10 s give the driver's freed native memory back (step 3;
+        :mod:`compactor.ops.native_heap`)."""
         next_clean = time.monotonic() + run.backoff_s
         while query.isActive:
             self.native_heap.maybe_trim()

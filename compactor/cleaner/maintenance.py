@@ -200,8 +200,10 @@ class LogMaintenance:
         return min(future) if future else None
 
     def _carry_tombstones(self, topic: str) -> Carried | None:
-        """Steps 1-2 of ``compactor.erasure.tombstones``; None when a reader failed as a whole (no
-        cleaning of the topic this pass: what it has not read must stay)."""
+        """Run the tombstone readers over what the log committed and take the offset each
+        partition's slowest reader reached (steps 1-2 of :mod:`compactor.erasure.tombstones`);
+        None when a reader failed as a whole (no cleaning of the topic this pass: what it has
+        not read must stay)."""
         try:
             with self._lock:
                 return self._readers.catch_up(topic)

@@ -138,7 +138,7 @@ def _batches(plan: CleanPlan, f: DataFile, columns: list[str] | None,
 
 def _build_map(plan: CleanPlan, live: list[Segment], omap: OffsetMap, stats: CleanStats,
                throttle: Throttler) -> int:
-    """Step 2: fill the map from the dirty range; returns the end offset of this pass."""
+    """Fill the offset map from the dirty range (step 2); returns the end offset of this pass."""
     lo, hi = plan.range.first_dirty_offset, plan.range.first_uncleanable_offset
     for seg in live:
         for f in seg.files:
@@ -193,7 +193,8 @@ def _groups(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
 def _rewrite_group(plan: CleanPlan, group: list[Segment], omap: OffsetMap, end: int,
                    stats: CleanStats, throttle: Throttler) -> tuple[list[DataFile],
                                                                     WrittenFile | None]:
-    """Step 3 for one group: ([], None) when nothing changes, else (removed, added).
+    """Rewrite one group of segments (step 3): ([], None) when nothing changes, else (removed,
+    added).
 
     Files are checked in offset order up to the first that changes: first the keys and
     offsets of its first records (a record the map supersedes is usually among them), then,
@@ -288,7 +289,7 @@ def _write_kept(builder: DataFileBuilder, batch: pa.RecordBatch, keep: np.ndarra
 
 def _merge(plan: CleanPlan, removed: set[str], stats: CleanStats,
            throttle: Throttler) -> tuple[tuple[DataFile, ...], tuple[WrittenFile, ...]]:
-    """Step 4: consolidate the planned runs this pass did not rewrite or expire."""
+    """Consolidate the planned runs this pass did not rewrite or expire (step 4)."""
     merged_from: list[DataFile] = []
     merged: list[WrittenFile] = []
     for run in plan.merge:

@@ -59,7 +59,8 @@ def is_marked(table: DeltaTable, partition: int) -> bool:
 
 
 def mark(table: DeltaTable, partition: int, reason: str) -> None:
-    """Step 1 (the caller holds the commit lock and has checked fencing)."""
+    """Commit the mark that ``partition`` is uncleanable, with ``reason`` (step 1; the caller
+    holds the commit lock and has checked fencing)."""
     now_ms = int(time.time() * 1000)
     try:
         table.create_write_transaction(
@@ -75,7 +76,7 @@ def mark(table: DeltaTable, partition: int, reason: str) -> None:
 
 
 def clearing(partition: int, now_ms: int) -> Transaction:
-    """Step 2: the app transaction a successful cleaning commit adds."""
+    """The app transaction a successful cleaning commit adds to clear the mark (step 2)."""
     return CLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)
 
 

@@ -30,20 +30,13 @@ def _registry_value(key: str, value: str) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    from compactor.config import TOPIC_KEYS, load_config, resolve_config
+    from compactor.config import PIPELINE_KEYS, TOPIC_KEYS, load_config, resolve_config
 
     config = resolve_config(load_config(args.config, overrides(args)))
     topics = args.topic or list(config.topics)
     pipeline: dict[str, object] = {
-        "bootstrap.servers": config.bootstrap_servers, "lake.path": config.lake_path,
-        "checkpoint.path": config.checkpoint_path,
-        "trigger.interval.ms": config.trigger_interval_ms,
-        "max.offsets.per.trigger": config.max_offsets_per_trigger,
-        "starting.offsets": config.starting_offsets,
-        "fail.on.data.loss": config.fail_on_data_loss,
-        "table.merge.interval.ms": config.table_merge_interval_ms,
-        "metrics.port": config.metrics_port,
-        "commit.offsets": config.commit_offsets, "group.id": config.group_id,
+        **{name: (",".join(config.topics) if name == "topics" else getattr(config, spec.field))
+           for name, spec in PIPELINE_KEYS.items()},
         **{f"kafka.{k}": redacted(k, v) for k, v in sorted(config.kafka.items())},
         **{k: redacted(k, v) for k, v in sorted(config.spark.items())},
         **{f"lake.storage.{k}": redacted(k, v) for k, v in sorted(config.storage.options.items())},
@@ -60,18 +53,8 @@ def command(args: argparse.Namespace) -> int:
     described: dict[str, dict[str, dict[str, object]]] = {}
     for name in topics:
         tc = config.topic(name)
-        values = {
-            "cleanup.policy": ",".join(sorted(tc.cleanup_policy)),
-            "segment.bytes": tc.segment_bytes, "segment.ms": tc.segment_ms,
-            "min.cleanable.dirty.ratio": tc.min_cleanable_dirty_ratio,
-            "min.compaction.lag.ms": tc.min_compaction_lag_ms,
-            "max.compaction.lag.ms": tc.max_compaction_lag_ms,
-            "delete.retention.ms": tc.delete_retention_ms, "retention.ms": tc.retention_ms,
-            "retention.bytes": tc.retention_bytes, "vacuum.grace.ms": tc.vacuum_grace_ms,
-            "erasure.ledger.retention.ms": tc.erasure_ledger_retention_ms,
-        }
         described[name] = {
-            key: {"value": values[key], "source": tc.sources.get(key, "kafka default")}
+            key: {"value": tc.value(key), "source": tc.sources.get(key, "kafka default")}
             for key in TOPIC_KEYS
         }
         fmt = config.format(name)

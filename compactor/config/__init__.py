@@ -15,7 +15,7 @@ The modules: :mod:`~compactor.config.keys` (names, rules, defaults),
 :mod:`~compactor.config.model` (the frozen objects).
 """
 
-from compactor.config.keys import LONG_MAX, TOPIC_KEYS
+from compactor.config.keys import LONG_MAX, PIPELINE_KEYS, TOPIC_KEYS
 from compactor.config.load import build_config, load_config
 from compactor.config.model import CleanerConfig, CompactorConfig, DownstreamTable, TopicConfig
 from compactor.config.resolve import (
@@ -26,7 +26,8 @@ from compactor.config.resolve import (
 )
 
 __all__ = [
-    "LONG_MAX", "TOPIC_KEYS", "CleanerConfig", "CompactorConfig", "DownstreamTable",
+    "LONG_MAX", "PIPELINE_KEYS", "TOPIC_KEYS", "CleanerConfig", "CompactorConfig",
+    "DownstreamTable",
     "TopicConfig", "broker_overrides", "build_config", "load_config", "resolve_config",
     "resolve_topic", "with_topic_configs",
 ]

@@ -64,78 +64,96 @@ def _float(value: str) -> float:
 
 
 @dataclass(frozen=True)
-class _Topic:
-    """A per-topic key: its parser, rule, Kafka default and broker-wide ``log.*`` name."""
+class Key:
+    """One configuration key: its name, the config object's field it fills, its parser, its
+    rule, its default (None: required) and, for a topic key, the broker-wide ``log.*`` key
+    that defaults it. The config objects are built from these tables, nothing else."""
 
+    name: str
+    field: str
     parse: Callable[[str], Any]
     check: Check
     default: Any
-    broker_key: str
+    broker_key: str = ""
 
 
-TOPIC_KEYS: Mapping[str, _Topic] = {
-    "cleanup.policy": _Topic(_policy, _any, frozenset({"delete"}), "log.cleanup.policy"),
-    "segment.bytes": _Topic(parse_int, at_least(14), 1073741824, "log.segment.bytes"),
-    "segment.ms": _Topic(parse_int, at_least(1), 604800000, "log.roll.ms"),
-    "min.cleanable.dirty.ratio": _Topic(
-        _float, _between(0, 1), 0.5, "log.cleaner.min.cleanable.ratio"
-    ),
-    "min.compaction.lag.ms": _Topic(
-        parse_int, at_least(0), 0, "log.cleaner.min.compaction.lag.ms"
-    ),
-    "max.compaction.lag.ms": _Topic(
-        parse_int, at_least(1), LONG_MAX, "log.cleaner.max.compaction.lag.ms"
-    ),
-    "delete.retention.ms": _Topic(
-        parse_int, at_least(0), 86400000, "log.cleaner.delete.retention.ms"
-    ),
-    "retention.ms": _Topic(parse_int, at_least(-1), 604800000, "log.retention.ms"),
-    "retention.bytes": _Topic(parse_int, at_least(-1), -1, "log.retention.bytes"),
+def _table(*keys: Key) -> Mapping[str, Key]:
+    return {k.name: k for k in keys}
+
+
+TOPIC_KEYS = _table(
+    Key("cleanup.policy", "cleanup_policy", _policy, _any, frozenset({"delete"}),
+        "log.cleanup.policy"),
+    Key("segment.bytes", "segment_bytes", parse_int, at_least(14), 1073741824,
+        "log.segment.bytes"),
+    Key("segment.ms", "segment_ms", parse_int, at_least(1), 604800000, "log.roll.ms"),
+    Key("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", _float, _between(0, 1), 0.5,
+        "log.cleaner.min.cleanable.ratio"),
+    Key("min.compaction.lag.ms", "min_compaction_lag_ms", parse_int, at_least(0), 0,
+        "log.cleaner.min.compaction.lag.ms"),
+    Key("max.compaction.lag.ms", "max_compaction_lag_ms", parse_int, at_least(1), LONG_MAX,
+        "log.cleaner.max.compaction.lag.ms"),
+    Key("delete.retention.ms", "delete_retention_ms", parse_int, at_least(0), 86400000,
+        "log.cleaner.delete.retention.ms"),
+    Key("retention.ms", "retention_ms", parse_int, at_least(-1), 604800000, "log.retention.ms"),
+    Key("retention.bytes", "retention_bytes", parse_int, at_least(-1), -1,
+        "log.retention.bytes"),
     # Not a Kafka key: how long files removed from the log stay on disk for readers of older
     # snapshots before vacuum deletes them. -1 = min(1 hour, max.compaction.lag.ms / 4).
-    "vacuum.grace.ms": _Topic(parse_int, at_least(-1), -1, "log.cleaner.vacuum.grace.ms"),
+    Key("vacuum.grace.ms", "vacuum_grace", parse_int, at_least(-1), -1,
+        "log.cleaner.vacuum.grace.ms"),
     # Not a Kafka key: how long the erasure ledger keeps an erasure once every target finished
     # it (Kafka's retention.ms default, 7 days); -1 keeps every erasure for ever.
-    "erasure.ledger.retention.ms": _Topic(parse_int, at_least(-1), 604800000,
-                                          "log.erasure.ledger.retention.ms"),
-}
+    Key("erasure.ledger.retention.ms", "erasure_ledger_retention_ms", parse_int, at_least(-1),
+        604800000, "log.erasure.ledger.retention.ms"),
+)
 # Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
 BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {
     "log.roll.ms": (("log.roll.hours", 3_600_000),),
     "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
 }
 
-# Broker-wide cleaner keys: name -> (parser, rule, Kafka default).
-CLEANER_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
-    "log.cleaner.enable": (_bool, _any, True),
-    "log.cleaner.threads": (parse_int, at_least(1), 1),
-    "log.cleaner.backoff.ms": (parse_int, at_least(0), 15000),
-    "log.cleaner.dedupe.buffer.size": (parse_int, at_least(24), 134217728),
-    "log.cleaner.io.buffer.load.factor": (_float, _between(0.01, 1), 0.9),
-    "log.cleaner.io.max.bytes.per.second": (_float, at_least(1), math.inf),
-}
+# Broker-wide cleaner keys (CleanerConfig).
+CLEANER_KEYS = _table(
+    Key("log.cleaner.enable", "enable", _bool, _any, True),
+    Key("log.cleaner.threads", "threads", parse_int, at_least(1), 1),
+    Key("log.cleaner.backoff.ms", "backoff_ms", parse_int, at_least(0), 15000),
+    Key("log.cleaner.dedupe.buffer.size", "dedupe_buffer_size", parse_int, at_least(24),
+        134217728),
+    Key("log.cleaner.io.buffer.load.factor", "io_buffer_load_factor", _float,
+        _between(0.01, 1), 0.9),
+    Key("log.cleaner.io.max.bytes.per.second", "io_max_bytes_per_second", _float, at_least(1),
+        math.inf),
+)
 
-# The pipeline's own keys: name -> (parser, rule, default; None = required).
-PIPELINE_KEYS: Mapping[str, tuple[Callable[[str], Any], Check, Any]] = {
-    "bootstrap.servers": (str.strip, _any, None),
-    "topics": (str, _any, None),
-    "lake.path": (str.strip, _any, None),
-    "checkpoint.path": (str.strip, _any, ""),
-    "trigger.interval.ms": (parse_int, at_least(0), 5000),
-    "max.offsets.per.trigger": (parse_int, at_least(0), 0),  # 0: no limit
-    "starting.offsets": (str.strip, _any, "earliest"),
-    "fail.on.data.loss": (_bool, _any, True),
+# The pipeline's own keys (CompactorConfig).
+PIPELINE_KEYS = _table(
+    Key("bootstrap.servers", "bootstrap_servers", str.strip, _any, None),
+    Key("topics", "topics", str, _any, None),
+    Key("lake.path", "lake_path", str.strip, _any, None),
+    Key("checkpoint.path", "checkpoint_path", str.strip, _any, ""),
+    Key("trigger.interval.ms", "trigger_interval_ms", parse_int, at_least(0), 5000),
+    Key("max.offsets.per.trigger", "max_offsets_per_trigger", parse_int, at_least(0), 0),
+    Key("starting.offsets", "starting_offsets", str.strip, _any, "earliest"),
+    Key("fail.on.data.loss", "fail_on_data_loss", _bool, _any, True),
     # How stale the latest-value table may get: 0 MERGEs after every micro-batch, N at most
     # every N ms; -1 (default) is 10 s, shortened to what a topic's erasure deadline allows.
-    "table.merge.interval.ms": (parse_int, at_least(-1), -1),
+    Key("table.merge.interval.ms", "table_merge_interval_ms", parse_int, at_least(-1), -1),
     # Prometheus metrics of 'compactor run' on this port (0 = off).
-    "metrics.port": (parse_int, _between(0, 65535), 0),
+    Key("metrics.port", "metrics_port", parse_int, _between(0, 65535), 0),
     # Commit the mirrored offsets to a consumer group after each lake commit, so that lag
     # tools see the mirror (monitoring only: the lake holds the positions).
-    "commit.offsets": (_bool, _any, True),
+    Key("commit.offsets", "commit_offsets", _bool, _any, True),
     # That group; empty: compactor-<lake directory>-<hash of the lake path>.
-    "group.id": (str.strip, _any, ""),
-}
+    Key("group.id", "group_id", str.strip, _any, ""),
+)
+
+
+def default(table: Mapping[str, Key], name: str) -> Any:
+    """A key's default, for the config objects' field defaults."""
+    return table[name].default
+
+
 _BROKER_ONLY = {k for aliases in BROKER_ALIASES.values() for k, _ in aliases}
 # Read by compactor.config.formats: how keys and values are decoded (plain or topic.<name>.).
 FORMAT_KEYS = ("key.format", "value.format", "key.schema", "value.schema")

@@ -142,7 +142,8 @@ def _group_for(lake: str) -> str:
 
 
 def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
-    """Step 1: every key to its family; an unknown key is refused with the closest match."""
+    """Sort every key into its family (step 1); an unknown key is refused with the closest
+    match."""
     out = _Sorted()
     for key, value in raw.items():
         if key.startswith("kafka."):
@@ -170,13 +171,11 @@ def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
             spec = TOPIC_KEYS[key]
             out.layers[""][key] = parse_value(key, value, spec.parse, spec.check)
         elif key in CLEANER_KEYS:
-            parse, check, _ = CLEANER_KEYS[key]
-            out.cleaner[key[len("log.cleaner.") :].replace(".", "_")] = parse_value(
-                key, value, parse, check
-            )
+            spec = CLEANER_KEYS[key]
+            out.cleaner[spec.field] = parse_value(key, value, spec.parse, spec.check)
         elif key in PIPELINE_KEYS:
-            parse, check, _ = PIPELINE_KEYS[key]
-            out.pipeline[key] = parse_value(key, value, parse, check)
+            spec = PIPELINE_KEYS[key]
+            out.pipeline[key] = parse_value(key, value, spec.parse, spec.check)
         elif key in KNOWN_KEYS:
             out.broker_raw[key] = value
         elif not _DOWNSTREAM_KEY.match(key):  # downstream keys are read once topics are known
@@ -185,7 +184,7 @@ def _sort_keys(raw: Mapping[str, str]) -> _Sorted:
 
 
 def _broker_defaults(broker_raw: Mapping[str, str]) -> dict[str, Any]:
-    """Step 2: the broker-wide ``log.*`` keys as defaults of the topic keys they stand for."""
+    """The broker-wide ``log.*`` keys as defaults of the topic keys they stand for (step 2)."""
     defaults: dict[str, Any] = {}
     for name, spec in TOPIC_KEYS.items():
         if spec.broker_key in broker_raw:
@@ -203,13 +202,13 @@ def _broker_defaults(broker_raw: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _pipeline(given: Mapping[str, Any], layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Step 3: the pipeline's keys with their defaults, required ones present, rules kept."""
+    """The pipeline's keys with their defaults, required ones present, rules kept (step 3)."""
     pipeline = dict(given)
-    for key, (_, _, default) in PIPELINE_KEYS.items():
+    for key, spec in PIPELINE_KEYS.items():
         if key not in pipeline:
-            if default is None:
+            if spec.default is None:
                 raise ConfigError(key, None, "is required", f"add '{key}=...' to the config file")
-            pipeline[key] = default
+            pipeline[key] = spec.default
     topics = _topics(pipeline["topics"])
     for topic in layers:
         if topic not in ("", "log") and topic not in topics:
@@ -256,19 +255,9 @@ def build_config(raw: Mapping[str, str]) -> CompactorConfig:
     check_with_librdkafka(keys.kafka)
     topics = pipeline["topics"]
     formats = topic_formats(topics, keys.formats, keys.topic_formats, keys.registry)
+    pipeline["group.id"] = pipeline["group.id"] or _group_for(pipeline["lake.path"])
     config = CompactorConfig(
-        bootstrap_servers=pipeline["bootstrap.servers"],
-        topics=topics,
-        lake_path=pipeline["lake.path"],
-        checkpoint_path=pipeline["checkpoint.path"],
-        trigger_interval_ms=pipeline["trigger.interval.ms"],
-        max_offsets_per_trigger=pipeline["max.offsets.per.trigger"],
-        starting_offsets=pipeline["starting.offsets"],
-        fail_on_data_loss=pipeline["fail.on.data.loss"],
-        table_merge_interval_ms=pipeline["table.merge.interval.ms"],
-        metrics_port=pipeline["metrics.port"],
-        commit_offsets=pipeline["commit.offsets"],
-        group_id=pipeline["group.id"] or _group_for(pipeline["lake.path"]),
+        **{spec.field: pipeline[name] for name, spec in PIPELINE_KEYS.items()},
         kafka=MappingProxyType(keys.kafka),
         spark=MappingProxyType(keys.spark),
         storage=Storage(MappingProxyType(keys.storage)),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.config.keys import LONG_MAX
+from compactor.config.keys import CLEANER_KEYS, LONG_MAX, PIPELINE_KEYS, TOPIC_KEYS, default
 from compactor.exceptions import ConfigError
 from compactor.formats import TopicFormat
 from compactor.formats.spec import REGISTRY_FORMATS
@@ -23,20 +22,27 @@ class TopicConfig:
     """The effective Kafka topic configuration of one mirrored topic."""
 
     name: str
-    cleanup_policy: frozenset[str] = frozenset({"delete"})
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    delete_retention_ms: int = 86400000
-    retention_ms: int = 604800000
-    retention_bytes: int = -1
-    vacuum_grace: int = -1
-    erasure_ledger_retention_ms: int = 604800000  # -1: finished erasures stay for ever
+    cleanup_policy: frozenset[str] = default(TOPIC_KEYS, "cleanup.policy")
+    segment_bytes: int = default(TOPIC_KEYS, "segment.bytes")
+    segment_ms: int = default(TOPIC_KEYS, "segment.ms")
+    min_cleanable_dirty_ratio: float = default(TOPIC_KEYS, "min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = default(TOPIC_KEYS, "min.compaction.lag.ms")
+    max_compaction_lag_ms: int = default(TOPIC_KEYS, "max.compaction.lag.ms")
+    delete_retention_ms: int = default(TOPIC_KEYS, "delete.retention.ms")
+    retention_ms: int = default(TOPIC_KEYS, "retention.ms")
+    retention_bytes: int = default(TOPIC_KEYS, "retention.bytes")
+    vacuum_grace: int = default(TOPIC_KEYS, "vacuum.grace.ms")  # -1: see vacuum_grace_ms
+    erasure_ledger_retention_ms: int = default(TOPIC_KEYS, "erasure.ledger.retention.ms")
     # key -> where its value came from: "topic override", "file", "broker", "broker default",
     # "kafka default". Shown by describe-config.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def value(self, key: str) -> Any:
+        """The effective value of topic key ``key`` as Kafka writes it."""
+        if key == "vacuum.grace.ms":
+            return self.vacuum_grace_ms
+        value = getattr(self, TOPIC_KEYS[key].field)
+        return ",".join(sorted(value)) if key == "cleanup.policy" else value
 
     @property
     def compact(self) -> bool:
@@ -57,6 +63,12 @@ class TopicConfig:
     def erasure_deadline(self) -> bool:
         """A compacted topic with a max lag promises physical erasure within it."""
         return self.compact and self.max_compaction_lag_ms < LONG_MAX
+
+    @property
+    def erasure_deadline_ms(self) -> int | None:
+        """How long after its tombstone a key's old values must be physically gone; None for
+        a topic without an erasure deadline. The one rule every reader of deadlines uses."""
+        return self.max_compaction_lag_ms if self.erasure_deadline else None
 
     @property
     def pass_allowance_ms(self) -> int:
@@ -156,12 +168,13 @@ class DownstreamTable:
 class CleanerConfig:
     """Broker-wide ``log.cleaner.*`` settings."""
 
-    enable: bool = True
-    threads: int = 1
-    backoff_ms: int = 15000
-    dedupe_buffer_size: int = 134217728
-    io_buffer_load_factor: float = 0.9
-    io_max_bytes_per_second: float = math.inf
+    enable: bool = default(CLEANER_KEYS, "log.cleaner.enable")
+    threads: int = default(CLEANER_KEYS, "log.cleaner.threads")
+    backoff_ms: int = default(CLEANER_KEYS, "log.cleaner.backoff.ms")
+    dedupe_buffer_size: int = default(CLEANER_KEYS, "log.cleaner.dedupe.buffer.size")
+    io_buffer_load_factor: float = default(CLEANER_KEYS, "log.cleaner.io.buffer.load.factor")
+    io_max_bytes_per_second: float = default(CLEANER_KEYS,
+                                             "log.cleaner.io.max.bytes.per.second")
 
 
 @dataclass(frozen=True)
@@ -175,14 +188,15 @@ class CompactorConfig:
     topics: tuple[str, ...]
     lake_path: str
     checkpoint_path: str
-    trigger_interval_ms: int = 5000
-    max_offsets_per_trigger: int = 0
-    starting_offsets: str = "earliest"
-    fail_on_data_loss: bool = True
-    table_merge_interval_ms: int = -1  # -1: TABLE_MERGE_DEFAULT_MS within the deadline
-    metrics_port: int = 0
-    commit_offsets: bool = True  # to the consumer group group_id, for lag tools
-    group_id: str = ""
+    trigger_interval_ms: int = default(PIPELINE_KEYS, "trigger.interval.ms")
+    max_offsets_per_trigger: int = default(PIPELINE_KEYS, "max.offsets.per.trigger")
+    starting_offsets: str = default(PIPELINE_KEYS, "starting.offsets")
+    fail_on_data_loss: bool = default(PIPELINE_KEYS, "fail.on.data.loss")
+    # -1: TABLE_MERGE_DEFAULT_MS within the deadline
+    table_merge_interval_ms: int = default(PIPELINE_KEYS, "table.merge.interval.ms")
+    metrics_port: int = default(PIPELINE_KEYS, "metrics.port")
+    commit_offsets: bool = default(PIPELINE_KEYS, "commit.offsets")  # for lag tools
+    group_id: str = default(PIPELINE_KEYS, "group.id")
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     storage: Storage = LOCAL  # lake.storage.*: delta-rs storage options for remote lakes

@@ -44,21 +44,8 @@ def resolve_topic(
             f"must be >= min.compaction.lag.ms ({values['min.compaction.lag.ms']})",
             f"from {sources['max.compaction.lag.ms']} and {sources['min.compaction.lag.ms']}",
         )
-    tc = TopicConfig(
-        name=topic,
-        cleanup_policy=values["cleanup.policy"],
-        segment_bytes=values["segment.bytes"],
-        segment_ms=values["segment.ms"],
-        min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
-        min_compaction_lag_ms=values["min.compaction.lag.ms"],
-        max_compaction_lag_ms=values["max.compaction.lag.ms"],
-        delete_retention_ms=values["delete.retention.ms"],
-        retention_ms=values["retention.ms"],
-        retention_bytes=values["retention.bytes"],
-        vacuum_grace=values["vacuum.grace.ms"],
-        erasure_ledger_retention_ms=values["erasure.ledger.retention.ms"],
-        sources=MappingProxyType(sources),
-    )
+    tc = TopicConfig(name=topic, sources=MappingProxyType(sources),
+                     **{spec.field: values[name] for name, spec in TOPIC_KEYS.items()})
     if tc.erasure_deadline and tc.vacuum_grace >= tc.max_compaction_lag_ms:
         # A grace the user set (not Kafka's key) that alone outlasts the deadline contradicts
         # it; a max lag that is merely short is Kafka-valid and runs best effort.

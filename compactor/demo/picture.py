@@ -149,7 +149,7 @@ def _figure(plt: Any, timeline: Timeline, erasures: list[Erasure], now_ms: int) 
     passes.legend(loc="upper left", fontsize="small")
     passes.set_title(f"cleaning passes: {len(timeline.passes)}")
 
-    deadline = tc.max_compaction_lag_ms / 1000 if tc.erasure_deadline else None
+    deadline = None if tc.erasure_deadline_ms is None else tc.erasure_deadline_ms / 1000
     done = [e for e in erasures if e.done_ms is not None]
     pending = [e for e in erasures if e.done_ms is None]
     late = [e for e in erasures if e.late(now_ms)]

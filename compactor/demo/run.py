@@ -289,7 +289,7 @@ def _report_line(service: Engine, elapsed: float) -> None:
 
 def _check(service: Engine, workload: ProfileWorkload, changes: list[Record],
            timeline: Timeline, out: Path) -> bool:
-    """Step 6: compare the lake with what was produced, then draw the run."""
+    """Compare the lake with what was produced, then draw the run (the demo's step 6)."""
     from deltalake import DeltaTable
 
     say("[6/6] what the lake holds")

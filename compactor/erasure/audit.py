@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from compactor.config import LONG_MAX, CompactorConfig, DownstreamTable
+from compactor.config import CompactorConfig, DownstreamTable
 from compactor.exceptions import LakeError
 from compactor.lake.layout import topic_paths
 from compactor.lake.storage import Storage
@@ -113,7 +113,7 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
     if not files:
         raise LakeError(f"no lake for topic {topic} under {config.lake_path}")
     tc = config.topic(topic)
-    lag = tc.max_compaction_lag_ms if tc.max_compaction_lag_ms < LONG_MAX else None
+    lag = tc.erasure_deadline_ms
 
     rows: list[tuple[PurePosixPath, dict[str, object]]] = []
     other_files: list[PurePosixPath] = []

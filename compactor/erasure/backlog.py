@@ -245,10 +245,9 @@ class BacklogState:
 
 def state_of(tomb: pa.Table, done: pa.Table, scanned: Mapping[int, int],
              targets: list[str]) -> BacklogState:
-    """Step 1's state from a whole ledger's events (its tombstone and its done events, in any
-    order), column by column: only the
-    pending erasures become Python objects, so a ledger of millions of events loads in
-    seconds, in the memory of its numeric columns.
+    """The backlog state (step 1) from a whole ledger's events (its tombstone and its done events,
+    in any order), column by column: only the pending erasures become Python objects, so a ledger
+    of millions of events loads in seconds, in the memory of its numeric columns.
 
     Per partition and target, the done events sorted by offset with a running minimum of
     their times from the highest offset down answer "the earliest done event covering this
@@ -319,13 +318,14 @@ class BacklogFollower:
         self.full_loads = 0  # how often step 1 ran: a figure for tests
 
     def backlog(self, now_ms: int) -> Backlog:
-        """Steps 1-3; an empty backlog while the ledger does not exist."""
+        """What is pending now: the ledger followed to its latest version (steps 1-3); an empty
+        backlog while the ledger does not exist."""
         with self._lock:
             state = self._latest()
             return Backlog(0, None, 0) if state is None else state.backlog(now_ms)
 
     def state(self) -> BacklogState | None:
-        """Steps 1-2: the state at the ledger's latest version (None: no ledger yet), for a
+        """The backlog state at the ledger's latest version (steps 1-2) (None: no ledger yet), for a
         caller that reads it before anything else moves it (``reconcile`` at start)."""
         with self._lock:
             return self._latest()

@@ -192,7 +192,7 @@ class ErasureLedger:
         salt = view.table_id.encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
-        deadline = tc.max_compaction_lag_ms if tc.erasure_deadline else None
+        deadline = tc.erasure_deadline_ms
         # Arrow columns per partition, not a Python object per tombstone: a first scan of a
         # long log can find millions (16-byte digests, about 60 bytes a row in all).
         found: list[pa.Table] = []

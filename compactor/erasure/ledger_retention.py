@@ -91,7 +91,8 @@ class LedgerRetention:
 
     def prune(self, topic: str, path: str, targets: list[str], retention_ms: int,
               now_ms: int | None = None) -> int:
-        """Steps 1-4; returns how many erasures left the ledger. A ledger that cannot be read
+        """Remove the erasures every target finished more than ``retention_ms`` ago (steps 1-4);
+        returns how many left the ledger. A ledger that cannot be read
         or pruned is only kept longer: a warning, and the next check tries again."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         last = self._checked.get(topic)
@@ -137,7 +138,8 @@ class LedgerRetention:
 
     def _delete(self, table: DeltaTable, topic: str, bounds: Mapping[int, int], erasures: int,
                 late: int) -> int:
-        """Step 4."""
+        """Delete the finished erasures up to ``bounds`` in one commit that moves the pruned
+        positions (step 4); returns how many left."""
         predicate = " OR ".join(f'("partition" = {p} AND "offset" <= {b})'
                                 for p, b in sorted(bounds.items()))
         total_late = (PRUNED_LATE.read(table) or 0) + late

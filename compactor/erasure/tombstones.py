@@ -60,9 +60,10 @@ class TombstoneReaders:
 
     def catch_up(self, topic: str,
                  written: Mapping[int, WrittenTombstones] | None = None) -> Carried:
-        """Steps 1-2; the caller holds the commit lock. ``written``: per partition, the
-        tombstones the micro-batch just committed wrote (its write tasks kept them), which a
-        reader positioned at the batch's start takes instead of reading the files."""
+        """Bring every reader of ``topic`` up to what the log committed and return how far each
+        partition was read (steps 1-2); the caller holds the commit lock. ``written``: per
+        partition, the tombstones the micro-batch just committed wrote (its write tasks kept them),
+        which a reader positioned at the batch's start takes instead of reading the files."""
         view = log_view(topic_paths(self.config.lake_path, topic).log,
                        self.config.storage)  # one version for every reader
         if view is None:

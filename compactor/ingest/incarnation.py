@@ -67,7 +67,7 @@ class Incarnations:
         return ids
 
     def claim(self) -> None:
-        """Step 1-2: record or compare each log's topic id (the log must exist)."""
+        """Record or compare each log's topic id (steps 1-2; the log must exist)."""
         ids = self.broker_ids(self._config.topics)
         for topic, broker_id in ids.items():
             if broker_id is None:
@@ -92,7 +92,7 @@ class Incarnations:
             self.expected[topic] = broker_id
 
     def verify(self, topics: Iterable[str]) -> None:
-        """Step 3: the topics of a micro-batch still have the ids this run claimed."""
+        """Raise unless the topics of a micro-batch still have the ids this run claimed (step 3)."""
         checked = [t for t in topics if t in self.expected]
         if not checked:
             return

@@ -83,7 +83,7 @@ def _is_temporary(name: str) -> bool:
 
 def remove_stale_temporaries(log_dir: str, now_s: float,
                              older_than_s: float = STALE_TEMPORARY_S) -> list[str]:
-    """Step 6's sweep: delete the temporary commit files in the local ``log_dir`` last
+    """Delete the temporary commit files in the local ``log_dir`` last
     modified more than ``older_than_s`` before ``now_s``; their names."""
     removed = []
     with os.scandir(log_dir) as entries:
@@ -100,7 +100,7 @@ def remove_stale_temporaries(log_dir: str, now_s: float,
 
 
 def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
-    """Step 4: create ``<version>.json`` in the local ``log_dir`` unless it exists; False when
+    """Create ``<version>.json`` in the local ``log_dir`` unless it exists; False when
     another writer created it first. Raises OSError when the disk refuses."""
     target = os.path.join(log_dir, f"{version:020d}.json")
     temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")

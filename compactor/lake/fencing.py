@@ -40,7 +40,7 @@ class FencedError(LakeError):
 
 
 def claim(log_path: str, storage: Storage) -> int:
-    """Step 1: take the next generation of ``log_path``; returns it."""
+    """Take the next writer generation of ``log_path`` (step 1); returns it."""
     table = ensure_table(log_path, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=storage)
     current = WRITER.read(table)
     mine = (current or 0) + 1
@@ -58,13 +58,14 @@ def claim(log_path: str, storage: Storage) -> int:
 
 
 def check(table: DeltaTable, mine: int | None) -> None:
-    """Step 2: raise if a newer run claimed the log of ``table`` (a fresh snapshot)."""
+    """Raise if a newer run claimed the log of ``table``, a fresh snapshot (step 2)."""
     if mine is not None:
         check_generation(table.table_uri, mine, WRITER.read(table))
 
 
 def check_generation(uri: str, mine: int | None, current: int | None) -> None:
-    """Step 2 with the log's generation already read from a fresh snapshot (``current``)."""
+    """Raise if a newer run claimed the log, given its generation ``current`` read from a fresh
+    snapshot (step 2)."""
     if mine is not None and current is not None and current != mine:
         raise FencedError(
             f"{uri}: another 'compactor run' claimed this log (writer generation "

@@ -86,7 +86,7 @@ class LatestStats:
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
-    """Step 3: one record per key; null keys are not keys and are left out.
+    """One record per key (step 3); null keys are not keys and are left out.
 
     A hash aggregation over the narrow columns, not a sort of the whole table by key:
     positions in (partition, offset) order make the last position of each (key, partition)

@@ -225,10 +225,10 @@ class LogFollower:
                            f"e.g. {gone[0]}")
 
     def _checkpoint(self, version: int) -> None:
-        """Step 6: delta-rs opens the table at ``version`` (our commit: the last checkpoint
-        and the commits since), writes the checkpoint from it and deletes commit files past
-        the log retention; that table becomes the follower's (step 1 of this module's
-        protocol). Then temporary commit files a dead writer left are swept."""
+        """Write the checkpoint at ``version`` (step 6 of a commit): delta-rs opens the table there
+        (our commit: the last checkpoint and the commits since), writes the checkpoint from it and
+        deletes commit files past the log retention; that table becomes the follower's (step 1 of
+        this module's protocol). Then temporary commit files a dead writer left are swept."""
         try:
             table = self._storage.table(self.uri, version=version)
             table.create_checkpoint()
@@ -259,9 +259,9 @@ class LogFollower:
         return True
 
     def _latest(self) -> bool:
-        """Steps 1 and 2 of the protocol above (and 4's start-over): load if needed or if the
-        table was replaced, then read the commits since; False when the table does not
-        exist."""
+        """Bring the follower to the latest version (steps 1, 2 and 4's start-over): load if
+        needed or if the table was replaced, then read the commits since; False when the table
+        does not exist."""
         if self._base is None and not self._load():
             return False
         try:
@@ -287,7 +287,7 @@ class LogFollower:
         return self._txns.get(app_id)
 
     def _load(self) -> bool:
-        """Step 1."""
+        """Load the table in full at its latest version (step 1); False when it does not exist."""
         table = open_table(self.uri, self._storage)
         if table is None:
             self._base = None
@@ -308,7 +308,7 @@ class LogFollower:
         return True
 
     def _advance(self) -> None:
-        """Step 2."""
+        """Apply the commit files written since the version known (step 2)."""
         while True:
             actions = read_commit(self.uri, self._storage, self._version + 1)
             if actions is None:
@@ -354,8 +354,9 @@ class LogFollower:
         self._dirty.add(f.partition)
 
     def _rebuild(self) -> None:
-        """Step 3: only touched segments are sorted again; a partition's log is a tuple of
-        its segments, so its cost grows with its segment count, not its files."""
+        """Rebuild the logs of the partitions commits touched (step 3): only touched segments
+        are sorted again; a partition's log is a tuple of its segments, so its cost grows with
+        its segment count, not its files."""
         for partition, base in self._dirty_segments:
             members = self._files.get((partition, base))
             segments = self._segments.setdefault(partition, {})

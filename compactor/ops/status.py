@@ -163,7 +163,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
         backlog = ledger.backlog(topic, now)
         topics.append(TopicStatus(
             topic, ",".join(sorted(tc.cleanup_policy)),
-            tc.max_compaction_lag_ms if tc.erasure_deadline else None, partitions,
+            tc.erasure_deadline_ms, partitions,
             ErasureStatus(backlog.pending, backlog.oldest_pending_age_ms,
                           backlog.missed_deadlines),
             tc.deadline_warning,
