@@ -140,6 +140,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Apache Kafka itself: one KRaft node whose cleaner the tests can watch."""
+    from tests.kafka.broker import KafkaBroker
+
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
 def schema_registry() -> Iterator[Any]:
     """The embedded Schema Registry (Confluent's REST API) on a free localhost port."""
     from compactor.demo.schema_registry import EmbeddedSchemaRegistry
