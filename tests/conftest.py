@@ -131,8 +131,32 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
         time.sleep(0.1)
 
 
+# The broker the integration suite mirrors from: Apache Kafka ("kafka") or the demo's embedded
+# Tansu ("tansu"), by COMPACTOR_TEST_BROKER.
+TEST_BROKER = os.environ.get("COMPACTOR_TEST_BROKER", "tansu")
+# Topic settings a test gives that Kafka would act on itself (roll, clean or delete the source
+# while the mirror reads it) or refuse (segments under 1 MiB): on Kafka they reach the product
+# as topic.<name>.* overrides instead, so it sees the same effective configuration.
+_PRODUCT_SIDE = {"segment.bytes", "segment.ms", "retention.ms", "retention.bytes",
+                 "max.compaction.lag.ms", "min.compaction.lag.ms", "delete.retention.ms",
+                 "min.cleanable.dirty.ratio"}
+_KAFKA_MIN_SEGMENT_BYTES = 1024 * 1024
+TOPIC_OVERRIDES: dict[str, dict[str, str]] = {}
+
+
+def overrides_for(topics: str) -> dict[str, str]:
+    """``topic.<name>.<key>`` lines for the topics (comma-separated) whose settings Kafka
+    did not get (see _PRODUCT_SIDE)."""
+    return {f"topic.{t}.{k}": v for t in topics.split(",")
+            for k, v in TOPIC_OVERRIDES.get(t.strip(), {}).items()}
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def broker(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if TEST_BROKER == "kafka":
+        yield request.getfixturevalue("kafka")
+        return
     from compactor.demo.broker import EmbeddedBroker
 
     with EmbeddedBroker(tmp_path_factory.mktemp("broker") / "tansu.log") as b:
@@ -176,7 +200,13 @@ def topic_factory(broker: Any) -> Callable[..., str]:
     def create(partitions: int = 3, config: Mapping[str, str] | None = None,
                name: str | None = None) -> str:
         topic = name or f"t-{uuid.uuid4().hex[:12]}"
-        admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))])[
+        given = dict(config or {})
+        if TEST_BROKER == "kafka":
+            product = {k: v for k, v in given.items() if k in _PRODUCT_SIDE and not (
+                k == "segment.bytes" and int(v) >= _KAFKA_MIN_SEGMENT_BYTES)}
+            TOPIC_OVERRIDES[topic] = product
+            given = {k: v for k, v in given.items() if k not in product}
+        admin.create_topics([NewTopic(topic, partitions, 1, config=given)])[
             topic].result(timeout=30)
         wait_until(lambda: topic in admin.list_topics(timeout=5).topics, 30, f"topic {topic}")
         return topic
@@ -195,6 +225,7 @@ def lake_config(broker: Any, tmp_path: Path) -> Callable[..., Any]:
             "topics": topic,
             "lake.path": str(tmp_path / "lake"),
             "checkpoint.path": str(tmp_path / "checkpoints"),
+            **overrides_for(topic),
             **{k.replace("_", "."): v for k, v in extra.items()},
         }
         return resolve_config(build_config(raw))

@@ -96,6 +96,9 @@ def compactor(*args: str, timeout: float = 300,
 
 
 def write_config(path: Path, **values: str) -> Path:
+    from tests.conftest import overrides_for
+
+    values = {**overrides_for(values.get("topics", "")), **values}
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
     return path
 
