@@ -6,7 +6,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from compactor.exceptions import BrokerUnavailableError
@@ -66,7 +66,9 @@ class OffsetReader:
             return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         request = {TopicPartition(t, p): spec for t, p in tps}
-        for attempt in range(self._retries + 1):
+        refreshed = False
+        attempt = 0
+        while True:
             cause: KafkaException | None = None
             try:
                 futures = self._admin.list_offsets(
@@ -77,6 +79,14 @@ class OffsetReader:
                 problem = missing_offsets(found)
             except KafkaException as exc:
                 problem, cause = str(exc.args[0]), exc
+                error = exc.args[0] if exc.args else None
+                if (not refreshed and isinstance(error, KafkaError)
+                        and error.code() == KafkaError._NOENT):
+                    # Partitions added since this client last read the cluster's metadata:
+                    # it knows no leader for them until it asks again, once.
+                    refreshed = True
+                    self._refresh({t for t, _ in tps})
+                    continue
             if not problem:
                 return found
             if attempt == self._retries:
@@ -84,8 +94,16 @@ class OffsetReader:
                     f"cannot list {which} offsets at {self._servers}: {problem}"
                     + (f" (after {attempt + 1} attempts)" if attempt else "")
                 ) from cause
+            attempt += 1
             time.sleep(self._retry_interval_s)
-        raise AssertionError("unreachable")
+
+    def _refresh(self, topics: set[str]) -> None:
+        """Read the metadata of ``topics`` again (librdkafka caches partition leaders)."""
+        for topic in sorted(topics):
+            try:
+                self._admin.list_topics(topic=topic, timeout=self._timeout)
+            except KafkaException:  # the offsets request that follows reports the failure
+                return
 
 
 def missing_offsets(found: Mapping[tuple[str, int], int]) -> str:
