@@ -49,6 +49,7 @@ DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
 BARRIER_MS = NOW_MS + 365 * DAY_MS  # past every workload timestamp by more than segment.ms
 EXAMPLES = int(os.environ.get("KAFKA_ORACLE_EXAMPLES", "50"))
+SEGMENT_BYTES = 1024  # Kafka's segments (internal.segment.bytes): several per example
 
 Record = tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]
 
@@ -73,8 +74,9 @@ def workloads(draw: Any) -> tuple[int, list[Record]]:
 
 
 def _produce(servers: str, topic: str, records: list[Record], partitions: int) -> None:
+    # Kafka refuses a batch larger than the topic's segments: batches stay under SEGMENT_BYTES.
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True,
-                         "linger.ms": 5, "log_level": 0})
+                         "linger.ms": 5, "batch.size": SEGMENT_BYTES // 2, "log_level": 0})
     failures: list[Any] = []
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -156,6 +158,7 @@ def _mirror_and_clean(servers: str, topic: str, lake: Path) -> list[tuple[Any, .
 
 
 @pytest.mark.kafka_oracle
+@pytest.mark.timeout(max(600, EXAMPLES * 6))  # the whole run of examples, not one
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(workload=workloads())
@@ -168,7 +171,8 @@ def test_the_mirror_keeps_what_kafkas_cleaner_keeps(kafka, tmp_path_factory,
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
     # Not compacted until the mirror has read it: Kafka's cleaner must not clean first.
     admin.create_topics([NewTopic(topic, partitions, 1, config={
-        "cleanup.policy": "delete", "retention.ms": "-1", "internal.segment.bytes": "300",
+        "cleanup.policy": "delete", "retention.ms": "-1",
+        "internal.segment.bytes": str(SEGMENT_BYTES),
         "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": str(DAY_MS),
         "min.compaction.lag.ms": "0"})])[topic].result(30)
     _produce(kafka.bootstrap_servers, topic, records, partitions)
