@@ -52,5 +52,5 @@ def test_committed_records_only_and_nothing_past_an_open_transaction(kafka, lake
     rows = log_table(config, topic).to_pylist()
     assert [r["key"] for r in rows] == [b"c1", b"c2", b"o1", b"c3"]
     offsets = [r["offset"] for r in rows]
-    # Markers and the aborted record are offset gaps: c1 c2 marker a1 marker o1 c3 marker ...
-    assert offsets == sorted(offsets) and len(set(offsets)) == 4 and offsets[2] > 4
+    # The aborted record and the transaction markers hold offsets the log never shows.
+    assert offsets == sorted(set(offsets)) and offsets[-1] - offsets[0] + 1 > len(offsets)
