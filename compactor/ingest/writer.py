@@ -117,6 +117,19 @@ def _rejected_file(plan: PartitionPlan, tables: list[pa.Table]) -> WrittenFile:
     return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
 
 
+def _report(batch: pa.RecordBatch, mask: pa.Array, reason: str, floor: int, now_ms: int,
+            rejected: list[pa.Table]) -> bool:
+    """Add the ``mask`` rows past ``floor`` (not yet reported) to ``rejected`` with ``reason``;
+    whether any row matched ``mask`` at all."""
+    if not pc.any(mask).as_py():
+        return False
+    bad = batch.filter(mask)
+    bad = bad.filter(pc.greater(bad.column("offset"), floor))
+    if bad.num_rows:
+        rejected.append(rejected_rows(bad, reason, None, now_ms))
+    return True
+
+
 def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
     """Write records (Spark's Kafka schema, offset order) into segment files of the plan."""
     committed = plan.committed_offset if plan.committed_offset is not None else -1
@@ -134,20 +147,13 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
             continue
         if plan.compact:
             null_key = pc.is_null(batch.column("key"))
-            if pc.any(null_key).as_py():
-                bad = batch.filter(null_key)
-                bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
-                if bad.num_rows:
-                    rejected.append(rejected_rows(bad, NULL_KEY_REASON, None, plan.now_ms))
+            if _report(batch, null_key, NULL_KEY_REASON, rejected_floor, plan.now_ms, rejected):
                 batch = batch.filter(pc.invert(null_key))
                 if batch.num_rows == 0:
                     continue
-        unread = pc.is_null(batch.column("headers"))
-        if pc.any(unread).as_py():  # mirrored with null headers, and reported
-            bad = batch.filter(unread)
-            bad = bad.filter(pc.greater(bad.column("offset"), rejected_floor))
-            if bad.num_rows:
-                rejected.append(rejected_rows(bad, HEADERS_REASON, None, plan.now_ms))
+        # Mirrored with null headers, and reported.
+        _report(batch, pc.is_null(batch.column("headers")), HEADERS_REASON, rejected_floor,
+                plan.now_ms, rejected)
         if checker is not None:  # undecodable records stay in the log and are reported
             bad_rows = checker.undecodable(
                 batch.filter(pc.greater(batch.column("offset"), rejected_floor)), plan.now_ms)
