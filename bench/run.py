@@ -3,7 +3,8 @@
     python bench/run.py            # the full run, ~10 minutes on 2 cores
     python bench/run.py --quick    # a tenth of the records, for trying it out
 
-One embedded broker, one Spark session, one seeded skewed workload (see workloads.Skewed):
+One broker (``--broker``: Apache Kafka by default, or the demo's Tansu), one Spark session,
+one seeded skewed workload (see workloads.Skewed):
 
 - W1 catch-up ingest of the preloaded topic, cleaner off, against a confluent-kafka consume
   loop over the same topic (the raw limit).
@@ -43,6 +44,7 @@ from erasure import measure_erasure, percentile  # noqa: E402
 from memory import build_log, measure  # noqa: E402
 from naive import run_naive  # noqa: E402
 from workloads import (  # noqa: E402
+    BROKERS,
     Skewed,
     bytes_added,
     consume_loop,
@@ -50,12 +52,12 @@ from workloads import (  # noqa: E402
     create_topic,
     parquet_files,
     parquet_rewrite,
+    start_broker,
 )
 
 from compactor.cleaner.maintenance import LogMaintenance, PassReport  # noqa: E402
 from compactor.cleaner.partition_cleaner import CleanStats  # noqa: E402
 from compactor.config import build_config  # noqa: E402
-from compactor.demo.broker import EmbeddedBroker  # noqa: E402
 from compactor.demo.workload import produce  # noqa: E402
 from streaming.service import Service  # noqa: E402
 from streaming.session import build_session  # noqa: E402
@@ -69,6 +71,8 @@ Row = tuple[str, str, str, str]  # measure, figure, baseline, ratio
 def _config(broker: str, work: Path, name: str, **extra: str) -> Any:
     return build_config({
         "bootstrap.servers": broker, "topics": TOPIC, "segment.bytes": str(SEGMENT_BYTES[0]),
+        # The broker keeps the topic a plain log (see main): the mirror is told it is compact.
+        f"topic.{TOPIC}.cleanup.policy": "compact",
         "lake.path": str(work / name / "lake"), "checkpoint.path": str(work / name / "ckpt"),
         "spark.master": f"local[{cores()}]", "spark.ui.enabled": "false",
         **{k.replace("_", "."): v for k, v in extra.items()},
@@ -190,6 +194,8 @@ def main() -> None:
     ap.add_argument("--buffer", type=int, default=16 << 20, help="W4 dedupe buffer bytes")
     ap.add_argument("--memory-keys", default="100000,400000,1600000", help="W4 key counts")
     ap.add_argument("--quick", action="store_true", help="a tenth of the records and keys")
+    ap.add_argument("--broker", choices=BROKERS, default="kafka",
+                    help="Apache Kafka (a KRaft node) or the demo's embedded Tansu")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
@@ -202,9 +208,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     started = time.monotonic()
     rows: list[Row] = []
-    with EmbeddedBroker(work / "broker.log") as broker:
+    with start_broker(args.broker, work) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap, TOPIC, wl.partitions, segment_bytes=str(SEGMENT_BYTES[0]))
+        # A plain log on the broker: Kafka's own cleaner must not compact the preloaded topic
+        # before W1 and the consume loop read all of it.
+        create_topic(bootstrap, TOPIC, wl.partitions, cleanup_policy="delete", retention_ms="-1",
+                     segment_bytes=str(max(SEGMENT_BYTES[0], 1 << 20)))
         t0 = time.perf_counter()
         produce(bootstrap, TOPIC, list(wl.generate()))
         log.info("produced %s in %.1fs", wl.describe(), time.perf_counter() - t0)

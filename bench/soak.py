@@ -3,24 +3,24 @@
     python bench/soak.py --minutes 30 --rate 400     # a steady producer, trigger 1 s
     python bench/soak.py --preload-files 100000      # a micro-batch over a long history
 
-Continuous mode: the embedded broker, a compacted and a delete-policy topic of 4 partitions
-each, a producer writing ``--rate`` records a second to each (updates of ``--keys`` keys, 1%
-tombstones on the compacted one) from a process of its own, and ``compactor run``'s engine
-with a 1 s trigger, in this process. Every ``--sample`` seconds it records each micro-batch's
-time (Spark's own progress reports), the log's data files per partition and per segment,
-the ``_delta_log`` files of each table, the resident memory of the driver, its JVM, Spark's
-Python workers and the embedded broker (apart: its in-memory store keeps every record
-produced), the consumer lag, and the broker's own answer time for ListOffsets. The run's clock
-starts at the mirror's first micro-batch. It prints the first 10% of the run against the last
-10%, the micro-batch time and memory by tenth of the run, and memory's slope over the run's
-second half. Its records go to files in the run's directory as they are made, not into the
-driver's memory, which is what it measures.
+Continuous mode: the broker (``--broker``: Apache Kafka by default, whose cleaner and retention
+act on the source topics as in production, or the demo's Tansu), a compacted and a delete-
+policy topic of 4 partitions each, a producer writing ``--rate`` records a second to each
+(updates of ``--keys`` keys, 1% tombstones on the compacted one) from a process of its own, and
+``compactor run``'s engine with a 1 s trigger, in this process. Every ``--sample`` seconds it
+records each micro-batch's time (Spark's own progress reports), the log's data files per
+partition and per segment, the ``_delta_log`` files of each table, the resident memory of the
+driver, its JVM, Spark's Python workers and the broker (apart: Tansu's in-memory store keeps
+every record produced), the consumer lag, and the broker's own answer time for ListOffsets. The
+run's clock starts at the mirror's first micro-batch. It prints the first 10% of the run
+against the last 10%, the micro-batch time and memory by tenth of the run, and memory's slope
+over the run's second half. Its records go to files in the run's directory as they are made,
+not into the driver's memory, which is what it measures.
 
-The producer sends once a second. The embedded broker (Tansu, in memory) answers ListOffsets
-and Fetch by walking a partition's record batches (about 0.5 ms per 1,000 batches), where
-Apache Kafka looks the offset up in an index; a producer sending ten times a second made the
-broker, not the mirror, the part of a micro-batch that grew. The broker row shows what is
-left of it.
+The producer sends once a second. Tansu answers ListOffsets and Fetch by walking a
+partition's record batches, where Apache Kafka looks the offset up in an index: on Tansu the
+broker, not the mirror, is the part of a micro-batch that grows (bench/README.md). The broker
+row shows it.
 
 Preload mode: a log of ``--preload-files`` one-record files (days of micro-batches; the
 broker holds the same offsets), then the mirror with the cleaner off ingests a small batch a
@@ -54,16 +54,15 @@ from soak_preload import fixed_cost  # noqa: E402
 from soak_probes import lake_files, list_offsets_ms, memory_mb  # noqa: E402
 from soak_producer import PARTITIONS, Producer, mirror_config  # noqa: E402
 from soak_records import Batches, Spool, capture_steps, print_parts  # noqa: E402
-from workloads import create_topic  # noqa: E402
+from workloads import BROKERS, create_topic, start_broker  # noqa: E402
 
-from compactor.demo.broker import EmbeddedBroker  # noqa: E402
 from compactor.kafka.broker_offsets import OffsetReader  # noqa: E402
 from compactor.ops.native_heap import TRIM_INTERVAL_S, NativeHeapTrimmer  # noqa: E402
 from streaming.service import Service  # noqa: E402
 
 
 def continuous(args: argparse.Namespace, work: Path) -> None:
-    with EmbeddedBroker(work / "broker.log") as broker:
+    with start_broker(args.broker, work) as broker:
         compact, delete = "soak-compact", "soak-delete"
         create_topic(broker.bootstrap_servers, compact, PARTITIONS, cleanup_policy="compact",
                      segment_ms=str(args.segment_ms), max_compaction_lag_ms=str(args.max_lag_ms))
@@ -219,6 +218,8 @@ def _setting(text: str) -> tuple[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--broker", choices=BROKERS, default="kafka",
+                        help="Apache Kafka (a KRaft node) or the demo's embedded Tansu")
     parser.add_argument("--rate", type=int, default=400, help="records/s per topic")
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")

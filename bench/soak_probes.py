@@ -62,17 +62,18 @@ def memory_mb() -> dict[str, float]:
     sizes = []
     for pid in _children(me):
         try:
-            exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"java" in exe:
+        exe = cmdline[0]
+        if b"kafka.Kafka" in cmdline or b"tansu" in exe:  # the broker: Apache Kafka or Tansu
+            out["broker MB"] += status_kb(pid).get("VmRSS", 0) / 1024
+        elif b"java" in exe:
             jvm = status_kb(pid)
             out["jvm MB"] += jvm.get("VmRSS", 0) / 1024
             out["jvm anon MB"] += jvm.get("RssAnon", 0) / 1024
             for worker in _descendants(pid):
                 sizes.append(status_kb(worker).get("VmRSS", 0) / 1024)
-        elif b"tansu" in exe:
-            out["broker MB"] += status_kb(pid).get("VmRSS", 0) / 1024
     out["workers MB"] = sum(sizes)
     return out | {"worker processes": float(len(sizes)),
                   "largest worker MB": max(sizes, default=0.0)}

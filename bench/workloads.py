@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -56,6 +58,24 @@ class Skewed:
         return (f"{self.records:,} records over {self.keys:,} keys (Zipf {self.zipf}), "
                 f"{self.tombstones:.0%} tombstones, ~{self.value_bytes}-byte values, "
                 f"{self.partitions} partitions, seed {self.seed}")
+
+
+BROKERS = ("kafka", "tansu")
+
+
+def start_broker(kind: str, work: Path) -> Any:
+    """The broker a benchmark runs against, as a context manager: Apache Kafka (one KRaft node,
+    the tests' ``tests/kafka``, jars fetched with Maven on first use) or the demo's Tansu."""
+    if kind == "kafka":
+        root = str(Path(__file__).resolve().parent.parent)
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        from tests.kafka.broker import KafkaBroker
+
+        return KafkaBroker(work / "kafka")
+    from compactor.demo.broker import EmbeddedBroker
+
+    return EmbeddedBroker(work / "broker.log")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> None:

@@ -50,6 +50,7 @@ from streaming.exceptions import KafkaSourceError
 from streaming.offset_planning import (
     EARLIEST,
     LATEST,
+    ByTimestamp,
     OffsetRange,
     Offsets,
     rate_limit,
@@ -123,9 +124,12 @@ class _Ranges:
         if self._opts.fail_on_data_loss:
             raise DataLossError(f"{message}. Set failOnDataLoss=false to skip them.")
 
-    def _resolve(self, wanted: str | Offsets, tps: list[tuple[str, int]], what: str,
-                 ) -> dict[tuple[str, int], int]:
-        """Offsets named by ``startingOffsets``/``endingOffsets`` for each partition."""
+    def _resolve(self, wanted: str | Offsets | ByTimestamp, tps: list[tuple[str, int]],
+                 what: str) -> dict[tuple[str, int], int]:
+        """Offsets named by ``startingOffsets``/``endingOffsets`` (or their timestamp
+        options) for each partition."""
+        if isinstance(wanted, ByTimestamp):
+            return self._by_timestamp(wanted, tps, what)
         if isinstance(wanted, dict):  # as Spark: specific offsets name every partition
             missing = [f"{t}-{p}" for t, p in tps if str(p) not in wanted.get(t, {})]
             if missing:
@@ -141,6 +145,32 @@ class _Ranges:
             else:
                 offset = LATEST if wanted == "latest" else EARLIEST
             result[tp] = {EARLIEST: earliest[tp], LATEST: latest[tp]}.get(offset, offset)
+        return result
+
+    def _by_timestamp(self, wanted: ByTimestamp, tps: list[tuple[str, int]],
+                      what: str) -> dict[tuple[str, int], int]:
+        """As Spark's source: the broker's offset for each time; a partition with no record
+        that recent starts per ``startingOffsetsByTimestampStrategy`` and ends at latest."""
+        side = what.removesuffix("Offsets")  # "starting" or "ending"
+        option = f"{side}Timestamp" if wanted.every is not None else f"{what}ByTimestamp"
+        missing = [f"{t}-{p}" for t, p in tps if wanted.at(t, p) is None]
+        if missing:
+            raise KafkaSourceError(
+                f"option {option} leaves out {', '.join(missing)}: timestamps by partition "
+                "must name every subscribed partition")
+        times = {tp: at for tp in tps if (at := wanted.at(*tp)) is not None}
+        found = self._offsets.offsets_for_times(times)
+        unmatched = [tp for tp in tps if found[tp] is None]
+        if unmatched and side == "starting" and wanted.no_match == "error":
+            named = ", ".join(f"{t}-{p} (timestamp {times[(t, p)]})" for t, p in unmatched)
+            raise KafkaSourceError(
+                f"option {option}: no record of {named} has a timestamp at or after the one "
+                "asked; set startingOffsetsByTimestampStrategy=latest to start such a "
+                "partition at its end")
+        result = self._offsets.offsets(unmatched, "latest")
+        for tp, offset in found.items():
+            if offset is not None:
+                result[tp] = offset
         return result
 
     def _planned(self, ranges: list[OffsetRange]) -> list[InputPartition]:

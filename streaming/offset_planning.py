@@ -53,6 +53,63 @@ def parse_starting_offsets(value: str) -> str | Offsets:
     return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
 
 
+@dataclass(frozen=True)
+class ByTimestamp:
+    """Offsets named by time: each partition's first offset whose record's timestamp is at or
+    after the given time, as Kafka's ListOffsets by timestamp answers.
+
+    ``every``: one time for every partition (``startingTimestamp``); otherwise ``partitions``
+    gives each partition's (``startingOffsetsByTimestamp``). ``no_match``: "error" or "latest",
+    where to start a partition no record of which is that recent (ends always go to latest).
+    """
+
+    every: int | None
+    partitions: dict[str, dict[str, int]]
+    no_match: str = "error"
+
+    def at(self, topic: str, partition: int) -> int | None:
+        """The time asked for one partition (None: the option leaves it out)."""
+        if self.every is not None:
+            return self.every
+        return self.partitions.get(topic, {}).get(str(partition))
+
+
+def _millis(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def parse_timestamp(name: str, value: str, no_match: str) -> ByTimestamp:
+    """``startingTimestamp``/``endingTimestamp``: milliseconds since the epoch."""
+    millis = _millis(value)
+    if millis is None:
+        raise KafkaSourceError(f"option {name}={value!r}: must be a timestamp in milliseconds "
+                               "since the epoch (a whole number, 0 or more)")
+    return ByTimestamp(millis, {}, no_match)
+
+
+def parse_timestamps(name: str, value: str, no_match: str) -> ByTimestamp:
+    """``...OffsetsByTimestamp``: JSON ``{"topic":{"0":1700000000000}}``."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed or not all(
+        isinstance(parts, dict) and parts
+        and all(re.fullmatch(r"\d+", str(p)) and _millis(ts) is not None
+                for p, ts in parts.items())
+        for parts in parsed.values()
+    ):
+        raise KafkaSourceError(
+            f"option {name}={value!r}: must be JSON like {{\"topic\":{{\"0\":1700000000000}}}}, "
+            "a timestamp in milliseconds since the epoch for every partition")
+    return ByTimestamp(None, {t: {str(p): int(ts) for p, ts in parts.items()}
+                              for t, parts in parsed.items()}, no_match)
+
+
 def rate_limit(ranges: list[OffsetRange], max_records: int) -> list[OffsetRange]:
     """Cut ranges to at most ``max_records`` in total, shared in proportion to each backlog.
 

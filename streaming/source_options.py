@@ -13,25 +13,25 @@ from collections.abc import Mapping
 
 from compactor.kafka.client_config import check_with_librdkafka, translate_java_keys
 from streaming.exceptions import KafkaSourceError
-from streaming.offset_planning import LATEST, Offsets, parse_starting_offsets
+from streaming.offset_planning import (
+    LATEST,
+    ByTimestamp,
+    Offsets,
+    parse_starting_offsets,
+    parse_timestamp,
+    parse_timestamps,
+)
 
 SHORT_NAME = "pykafka"
 
-# Options of Spark's source this one does not implement: refused by name, never ignored (an
-# ignored startingTimestamp would start at latest and skip data). The timestamp options need
-# ListOffsets by timestamp, which the broker the tests run (Tansu) answers with offset 0 for
-# every timestamp, so they could not be tested here.
-NOT_YET = {
-    "startingTimestamp": "use startingOffsets",
-    "startingOffsetsByTimestamp": "use startingOffsets",
-    "startingOffsetsByTimestampStrategy": "use startingOffsets",
-    "endingTimestamp": "use endingOffsets",
-}
-# Options Spark's source refuses in a streaming query, with its reason.
+# Options Spark's source refuses in a streaming query, with its reason (Spark ignores
+# endingTimestamp there; here no option is ignored).
 STREAMING_REFUSED = {
     "endingOffsets": "ending offset not valid in streaming queries",
     "endingOffsetsByTimestamp": "ending timestamp not valid in streaming queries",
+    "endingTimestamp": "ending timestamp not valid in streaming queries",
 }
+NO_MATCH = ("error", "latest")  # startingOffsetsByTimestampStrategy
 # kafka.* settings that would break the source's guarantees (Spark refuses the first five).
 CLIENT_REFUSED = {
     "auto.offset.reset": "set the source option startingOffsets to earliest or latest: the "
@@ -49,11 +49,6 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 def _refuse_unsupported(lower: Mapping[str, str], streaming: bool) -> None:
     """Options are named in Spark's spelling: Spark hands them over lower-cased."""
-    for name, hint in NOT_YET.items():
-        if name.lower() in lower:
-            raise KafkaSourceError(
-                f"option {name}={lower[name.lower()]!r} is not supported by the {SHORT_NAME} "
-                f"source (Spark's kafka source has it): {hint}")
     for name, reason in STREAMING_REFUSED.items():
         if streaming and name.lower() in lower:
             raise KafkaSourceError(f"option {name}={lower[name.lower()]!r}: {reason}")
@@ -103,6 +98,18 @@ def parse_assign(value: str) -> list[tuple[str, int]]:
     return sorted({(str(t), p) for t, parts in parsed.items() for p in parts})
 
 
+def _bound(lower: Mapping[str, str], side: str, default: str, no_match: str,
+           ) -> str | Offsets | ByTimestamp:
+    """Where reading starts or ends; as Spark, a timestamp for every partition wins over
+    timestamps by partition, which win over offsets."""
+    if f"{side}timestamp" in lower:
+        return parse_timestamp(f"{side}Timestamp", lower[f"{side}timestamp"], no_match)
+    if f"{side}offsetsbytimestamp" in lower:
+        return parse_timestamps(f"{side}OffsetsByTimestamp",
+                                lower[f"{side}offsetsbytimestamp"], no_match)
+    return parse_starting_offsets(lower.get(f"{side}offsets", default))
+
+
 class SourceOptions:
     """The source's options, validated once; picklable, so it travels to tasks.
 
@@ -136,11 +143,16 @@ class SourceOptions:
         self.client_config.setdefault(
             "group.id", lower.get("groupidprefix", "kafka-lake-compactor"))
         check_with_librdkafka(self.client_config)
+        no_match = lower.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if no_match not in NO_MATCH:
+            raise KafkaSourceError(
+                f"option startingOffsetsByTimestampStrategy={no_match!r}: must be error (fail "
+                "when no record is that recent) or latest (start such a partition at its end)")
         default_start = "earliest" if streaming is False else "latest"
-        self.starting = parse_starting_offsets(lower.get("startingoffsets", default_start))
-        self.ending: str | Offsets = "latest"
+        self.starting = _bound(lower, "starting", default_start, no_match)
+        self.ending: str | Offsets | ByTimestamp = "latest"
         if streaming is False:
-            self.ending = parse_starting_offsets(lower.get("endingoffsets", "latest"))
+            self.ending = _bound(lower, "ending", "latest", "latest")
             self._check_batch_bounds()
         self.max_offsets = _count(lower, names, "maxoffsetspertrigger", 0)
         self.min_offsets = _count(lower, names, "minoffsetspertrigger", 0)

@@ -1,4 +1,4 @@
-"""Shared fixtures: one real broker (Tansu) and one real Spark session per test session."""
+"""Shared fixtures: one real broker (Apache Kafka) and one real Spark session per test session."""
 
 from __future__ import annotations
 
@@ -131,9 +131,12 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
         time.sleep(0.1)
 
 
-# The broker the integration suite mirrors from: Apache Kafka ("kafka") or the demo's embedded
-# Tansu ("tansu"), by COMPACTOR_TEST_BROKER.
-TEST_BROKER = os.environ.get("COMPACTOR_TEST_BROKER", "tansu")
+# The broker the integration suite mirrors from: Apache Kafka ("kafka", the default) or the
+# demo's embedded Tansu ("tansu"), by COMPACTOR_TEST_BROKER.
+TEST_BROKER = os.environ.get("COMPACTOR_TEST_BROKER", "kafka")
+if TEST_BROKER not in ("kafka", "tansu"):
+    raise pytest.UsageError(
+        f"COMPACTOR_TEST_BROKER={TEST_BROKER!r}: the test broker is 'kafka' or 'tansu'")
 # Topic settings a test gives that Kafka would act on itself (roll, clean or delete the source
 # while the mirror reads it) or refuse (segments under 1 MiB): on Kafka they reach the product
 # as topic.<name>.* overrides instead, so it sees the same effective configuration.
@@ -190,18 +193,16 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture
-def topic_factory(broker: Any) -> Callable[..., str]:
-    """Create a uniquely named topic; returns its name."""
+def _topic_maker(servers: str, on_kafka: bool) -> Callable[..., str]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
 
     def create(partitions: int = 3, config: Mapping[str, str] | None = None,
                name: str | None = None) -> str:
         topic = name or f"t-{uuid.uuid4().hex[:12]}"
         given = dict(config or {})
-        if TEST_BROKER == "kafka":
+        if on_kafka:
             product = {k: v for k, v in given.items() if k in _PRODUCT_SIDE and not (
                 k == "segment.bytes" and int(v) >= _KAFKA_MIN_SEGMENT_BYTES)}
             TOPIC_OVERRIDES[topic] = product
@@ -212,6 +213,18 @@ def topic_factory(broker: Any) -> Callable[..., str]:
         return topic
 
     return create
+
+
+@pytest.fixture
+def topic_factory(broker: Any) -> Callable[..., str]:
+    """Create a uniquely named topic on the test broker; returns its name."""
+    return _topic_maker(broker.bootstrap_servers, TEST_BROKER == "kafka")
+
+
+@pytest.fixture
+def kafka_topic(kafka: Any) -> Callable[..., str]:
+    """Create a uniquely named topic on Apache Kafka, whichever the test broker is."""
+    return _topic_maker(kafka.bootstrap_servers, True)
 
 
 @pytest.fixture

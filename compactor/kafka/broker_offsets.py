@@ -62,10 +62,24 @@ class OffsetReader:
         broker froze mid-request) counts as a failed attempt like an error does: taken as an
         offset, it would read as a truncated topic and stop the run for data loss.
         """
-        if not tps:
-            return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
-        request = {TopicPartition(t, p): spec for t, p in tps}
+        return self._list({tp: spec for tp in tps}, f"{which} offsets", 0)
+
+    def offsets_for_times(self, timestamps: Mapping[tuple[str, int], int],
+                          ) -> dict[tuple[str, int], int | None]:
+        """For each partition, the first offset whose record's timestamp is at or after the
+        given time (milliseconds since the epoch); None where no record is that recent."""
+        found = self._list({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()},
+                           "offsets by timestamp", -1)
+        return {tp: None if offset == -1 else offset for tp, offset in found.items()}
+
+    def _list(self, specs: Mapping[tuple[str, int], OffsetSpec], what: str,
+              lowest: int) -> dict[tuple[str, int], int]:
+        """One ListOffsets request for every partition, tried again as configured; an
+        offset below ``lowest`` counts as no answer for its partition."""
+        if not specs:
+            return {}
+        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         refreshed = False
         attempt = 0
         while True:
@@ -76,7 +90,7 @@ class OffsetReader:
                 )
                 found = {(tp.topic, tp.partition): f.result().offset
                          for tp, f in futures.items()}
-                problem = missing_offsets(found)
+                problem = missing_offsets(found, lowest)
             except KafkaException as exc:
                 problem, cause = str(exc.args[0]), exc
                 error = exc.args[0] if exc.args else None
@@ -85,13 +99,13 @@ class OffsetReader:
                     # Partitions added since this client last read the cluster's metadata:
                     # it knows no leader for them until it asks again, once.
                     refreshed = True
-                    self._refresh({t for t, _ in tps})
+                    self._refresh({t for t, _ in specs})
                     continue
             if not problem:
                 return found
             if attempt == self._retries:
                 raise BrokerUnavailableError(
-                    f"cannot list {which} offsets at {self._servers}: {problem}"
+                    f"cannot list {what} at {self._servers}: {problem}"
                     + (f" (after {attempt + 1} attempts)" if attempt else "")
                 ) from cause
             attempt += 1
@@ -106,9 +120,10 @@ class OffsetReader:
                 return
 
 
-def missing_offsets(found: Mapping[tuple[str, int], int]) -> str:
-    """What is wrong with an offsets answer ("" if nothing): partitions given no offset."""
-    bad = sorted((tp, offset) for tp, offset in found.items() if offset < 0)
+def missing_offsets(found: Mapping[tuple[str, int], int], lowest: int = 0) -> str:
+    """What is wrong with an offsets answer ("" if nothing): partitions given no offset
+    (one below ``lowest``)."""
+    bad = sorted((tp, offset) for tp, offset in found.items() if offset < lowest)
     if not bad:
         return ""
     named = ", ".join(f"{t}-{p} ({offset})" for (t, p), offset in bad)

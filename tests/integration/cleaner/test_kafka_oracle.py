@@ -1,14 +1,23 @@
 """Kafka's own cleaner as the oracle: what Apache Kafka keeps of a compacted topic, the mirror
 keeps of its log, record for record.
 
-Each example produces a generated workload (a small key space, updates, tombstones, headers,
-explicit old, recent and future timestamps, several partitions) to a real Kafka topic with small
-segments, ends every partition with a barrier record far in the future (it rolls a new
-segment, so everything before it is cleanable on both sides), mirrors and cleans the topic
-with the product (in-process: the write tasks' and the cleaner tasks' own code) while the
-topic is not yet compacted, then turns on compaction on the topic, waits until Kafka's cleaner
-has cleaned up to the barrier (its ``cleaner-offset-checkpoint``), reads back what Kafka kept
-and compares (partition, offset, key, value, headers, timestamp) below the barrier.
+Each example produces a generated workload to a real Kafka topic with small segments: a small
+key space, updates, tombstones, headers, explicit old, recent and future timestamps, several
+partitions, groups of records sent in transactions that commit or abort, and for policy
+``compact,delete`` a prefix of records past ``retention.ms``. Every partition ends with a
+barrier record far in the future (it rolls a new segment, so everything before it is cleanable
+on both sides). The product mirrors and cleans the topic in this process (the write tasks' and
+the cleaner tasks' own code) while Kafka's copy is still a plain log. Then Kafka's retention is
+turned on and the test waits for its log start offsets, then compaction, and the test waits
+until Kafka's cleaner has cleaned up to the barrier (its ``cleaner-offset-checkpoint``). What a
+``read_committed`` consumer reads back from Kafka below the barrier must equal the mirror's log
+there: (partition, offset, key, value, headers, timestamp). Aborted records are, in addition,
+checked to be absent from the mirror by offset.
+
+Retention is applied before compaction on Kafka's side because Kafka's cleaner may merge an
+expired segment with a live one (it groups small segments), after which Kafka's own outcome
+depends on which of its threads ran first. The expired prefix is flushed on its own and its
+timestamps lie more than ``segment.ms`` before the rest, so both sides roll a segment there.
 
 ``KAFKA_ORACLE_EXAMPLES`` sets how many examples run (50 by default; 500 for a release, with
 ``-m kafka_oracle``).
@@ -20,6 +29,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,50 +58,109 @@ from tests.conftest import wait_until
 DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
 BARRIER_MS = NOW_MS + 365 * DAY_MS  # past every workload timestamp by more than segment.ms
+RETENTION_MS = 40 * DAY_MS  # past the expired prefix, short of every other record
 EXAMPLES = int(os.environ.get("KAFKA_ORACLE_EXAMPLES", "50"))
 SEGMENT_BYTES = 1024  # Kafka's segments (internal.segment.bytes): several per example
 
 Record = tuple[int, bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Records to produce: ``expired`` first (flushed on its own), then each group, sent
+    plainly or in one transaction that commits or aborts."""
+
+    policy: str
+    partitions: int
+    expired: list[Record]
+    groups: list[tuple[str, list[Record]]]  # ("plain" | "commit" | "abort", records)
+
 
 _timestamps = st.one_of(
     st.integers(NOW_MS - 30 * DAY_MS, NOW_MS - DAY_MS),  # old
     st.integers(NOW_MS - 60_000, NOW_MS + 60_000),  # recent
     st.integers(NOW_MS + DAY_MS, NOW_MS + 30 * DAY_MS),  # ahead of the clock
 )
+_expired_timestamps = st.integers(NOW_MS - 60 * DAY_MS, NOW_MS - 50 * DAY_MS)
 _headers = st.lists(st.tuples(st.sampled_from(["h", "trace", "x"]),
                               st.binary(max_size=4)), max_size=2).map(tuple)
 
 
 @st.composite
-def workloads(draw: Any) -> tuple[int, list[Record]]:
+def workloads(draw: Any) -> Workload:
     partitions = draw(st.integers(1, 3))
     keys = [b"k%d" % i for i in range(draw(st.integers(1, 8)))]
-    records = draw(st.lists(st.tuples(
-        st.integers(0, partitions - 1), st.sampled_from(keys),
-        st.one_of(st.none(), st.binary(min_size=0, max_size=40)),  # None: a tombstone
-        _timestamps, _headers), min_size=1, max_size=60))
-    return partitions, records
+
+    def records(timestamps: Any, max_size: int) -> Any:
+        return st.lists(st.tuples(
+            st.integers(0, partitions - 1), st.sampled_from(keys),
+            st.one_of(st.none(), st.binary(min_size=0, max_size=40)),  # None: a tombstone
+            timestamps, _headers), min_size=1, max_size=max_size)
+
+    policy = draw(st.sampled_from(["compact", "compact,delete"]))
+    expired = (draw(st.one_of(st.just([]), records(_expired_timestamps, 12)))
+               if policy == "compact,delete" else [])
+    groups = draw(st.lists(st.tuples(st.sampled_from(["plain", "plain", "commit", "abort"]),
+                                     records(_timestamps, 20)), min_size=1, max_size=5))
+    return Workload(policy, partitions, expired, groups)
 
 
-def _produce(servers: str, topic: str, records: list[Record], partitions: int) -> None:
+@dataclass
+class Produced:
+    """Offsets Kafka gave: the barrier, the first record after the expired prefix and every
+    aborted record, by partition."""
+
+    barriers: dict[int, int] = field(default_factory=dict)
+    first_live: dict[int, int] = field(default_factory=dict)
+    aborted: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _produce(servers: str, topic: str, workload: Workload) -> Produced:
     # Kafka refuses a batch larger than the topic's segments: batches stay under SEGMENT_BYTES.
-    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True,
-                         "linger.ms": 5, "batch.size": SEGMENT_BYTES // 2, "log_level": 0})
+    common = {"bootstrap.servers": servers, "enable.idempotence": True, "linger.ms": 5,
+              "batch.size": SEGMENT_BYTES // 2, "log_level": 0}
+    plain = Producer(common)
+    transactional = Producer({**common, "transactional.id": f"oracle-{uuid.uuid4().hex}"})
+    transactional.init_transactions(30)
     failures: list[Any] = []
+    delivered: list[tuple[int, int]] = []
 
-    def delivered(err: Any, _msg: Any) -> None:
+    def report(err: Any, msg: Any) -> None:
         if err is not None:
             failures.append(err)
+        else:
+            delivered.append((msg.partition(), msg.offset()))
 
-    for partition, key, value, ts, headers in records:
-        producer.produce(topic, value=value, key=key, partition=partition, timestamp=ts,
-                         headers=list(headers), on_delivery=delivered)
-    producer.flush(60)
-    for partition in range(partitions):  # the barrier: a new segment on both sides
-        producer.produce(topic, value=b"barrier", key=b"barrier", partition=partition,
-                         timestamp=BARRIER_MS, on_delivery=delivered)
-    producer.flush(60)
+    def send(producer: Any, records: list[Record]) -> list[tuple[int, int]]:
+        before = len(delivered)
+        for partition, key, value, ts, headers in records:
+            producer.produce(topic, value=value, key=key, partition=partition, timestamp=ts,
+                             headers=list(headers), on_delivery=report)
+        producer.flush(60)
+        return delivered[before:]
+
+    produced = Produced()
+    send(plain, workload.expired)  # alone in its batches: the segment rolls after it
+    for mode, records in workload.groups:
+        if mode == "plain":
+            offsets = send(plain, records)
+        else:
+            transactional.begin_transaction()
+            offsets = send(transactional, records)
+            if mode == "commit":
+                transactional.commit_transaction(30)
+            else:
+                transactional.abort_transaction(30)
+                produced.aborted.update(offsets)
+        for partition, offset in offsets:
+            produced.first_live.setdefault(partition, offset)
+    barrier: list[Record] = [(p, b"barrier", b"barrier", BARRIER_MS, ())
+                             for p in range(workload.partitions)]
+    for partition, offset in send(plain, barrier):  # the barrier: a new segment on both sides
+        produced.barriers[partition] = offset
+        produced.first_live.setdefault(partition, offset)
     assert not failures, failures
+    return produced
 
 
 def _cleaner_checkpoints(log_dir: Path, topic: str) -> dict[int, int]:
@@ -111,7 +180,8 @@ def _kafka_kept(servers: str, topic: str, ends: dict[int, int]) -> list[tuple[An
     """Every record Kafka still holds below each partition's barrier."""
     consumer = Consumer({"bootstrap.servers": servers, "group.id": f"oracle-{uuid.uuid4()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "enable.partition.eof": True, "log_level": 0})
+                         "enable.partition.eof": True, "isolation.level": "read_committed",
+                         "log_level": 0})
     rows: list[tuple[Any, ...]] = []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
@@ -133,11 +203,13 @@ def _kafka_kept(servers: str, topic: str, ends: dict[int, int]) -> list[tuple[An
     return sorted(rows)
 
 
-def _mirror_and_clean(servers: str, topic: str, lake: Path) -> list[tuple[Any, ...]]:
+def _mirror_and_clean(servers: str, topic: str, lake: Path,
+                      policy: str) -> list[tuple[Any, ...]]:
     """Mirror ``topic`` into ``lake`` and clean it until idle, in this process; the log's rows."""
     config = resolve_config(build_config({
         "bootstrap.servers": servers, "topics": topic, "lake.path": str(lake),
-        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+        "cleanup.policy": policy, "retention.ms": str(RETENTION_MS),
+        "min.cleanable.dirty.ratio": "0.01",
         f"topic.{topic}.segment.bytes": "200",
         "delete.retention.ms": str(DAY_MS), "log.cleaner.backoff.ms": "0"}))
     reader = OffsetReader(config.kafka_client_config())
@@ -157,37 +229,51 @@ def _mirror_and_clean(servers: str, topic: str, lake: Path) -> list[tuple[Any, .
         for r in table.to_pylist())
 
 
+def _alter(admin: AdminClient, topic: str, **values: str) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in values.items()])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
 @pytest.mark.kafka_oracle
-@pytest.mark.timeout(max(600, EXAMPLES * 6))  # the whole run of examples, not one
+@pytest.mark.timeout(max(600, EXAMPLES * 8))  # the whole run of examples, not one
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(workload=workloads())
-@example(workload=(2, [(0, b"k0", b"a", NOW_MS, ()), (1, b"k1", b"b", NOW_MS, ()),
-                       (0, b"k0", None, NOW_MS, ()), (0, b"k0", b"c", NOW_MS - DAY_MS, ())]))
+@example(workload=Workload("compact", 2, [], [("plain", [
+    (0, b"k0", b"a", NOW_MS, ()), (1, b"k1", b"b", NOW_MS, ()),
+    (0, b"k0", None, NOW_MS, ()), (0, b"k0", b"c", NOW_MS - DAY_MS, ())])]))
+@example(workload=Workload("compact,delete", 1, [(0, b"k0", b"old", NOW_MS - 55 * DAY_MS, ())], [
+    ("abort", [(0, b"k0", b"aborted", NOW_MS, ())]),
+    ("commit", [(0, b"k1", b"committed", NOW_MS, ()), (0, b"k1", None, NOW_MS, ())])]))
 def test_the_mirror_keeps_what_kafkas_cleaner_keeps(kafka, tmp_path_factory,
-                                                    workload: tuple[int, list[Record]]) -> None:
-    partitions, records = workload
+                                                    workload: Workload) -> None:
     topic = f"oracle-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
-    # Not compacted until the mirror has read it: Kafka's cleaner must not clean first.
-    admin.create_topics([NewTopic(topic, partitions, 1, config={
+    # Neither compacted nor retained until the mirror has read it: Kafka must not act first.
+    admin.create_topics([NewTopic(topic, workload.partitions, 1, config={
         "cleanup.policy": "delete", "retention.ms": "-1",
         "internal.segment.bytes": str(SEGMENT_BYTES),
         "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": str(DAY_MS),
         "min.compaction.lag.ms": "0"})])[topic].result(30)
-    _produce(kafka.bootstrap_servers, topic, records, partitions)
-    reader = OffsetReader({"bootstrap.servers": kafka.bootstrap_servers})
-    barriers = {p: o - 1 for (_, p), o in
-                reader.offsets([(topic, p) for p in range(partitions)], "latest").items()}
+    produced = _produce(kafka.bootstrap_servers, topic, workload)
+    barriers = produced.barriers
     mirrored = [r for r in _mirror_and_clean(kafka.bootstrap_servers, topic,
-                                             tmp_path_factory.mktemp("lake"))
+                                             tmp_path_factory.mktemp("lake"), workload.policy)
                 if r[1] < barriers[r[0]]]
+    assert not {(r[0], r[1]) for r in mirrored} & produced.aborted
 
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry("cleanup.policy", "compact",
-                    incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(30)
-    dirty = {p: b for p, b in barriers.items() if b > 0}  # a partition of the barrier alone
+    starts = {p: 0 for p in barriers}
+    if "delete" in workload.policy:
+        _alter(admin, topic, retention_ms=str(RETENTION_MS))
+        starts = produced.first_live
+        reader = OffsetReader({"bootstrap.servers": kafka.bootstrap_servers})
+        wait_until(lambda: {p: o for (_, p), o in reader.offsets(
+            [(topic, p) for p in barriers], "earliest").items()} == starts, 30,
+            f"Kafka's retention to start {topic} at {starts}")
+    _alter(admin, topic, cleanup_policy=workload.policy)
+    dirty = {p: b for p, b in barriers.items() if starts[p] < b}  # not the barrier alone
     wait_until(lambda: _cleaner_checkpoints(kafka.log_dir, topic) == dirty, 30,
                f"Kafka's cleaner to clean {topic} up to its barriers {dirty}")
     assert mirrored == _kafka_kept(kafka.bootstrap_servers, topic, barriers)

@@ -12,7 +12,7 @@ from tests.integration.helpers import write_config
 
 def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_factory,
                                                               tmp_path) -> None:
-    topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "5000"})
+    topic = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "2000000"})
     conf = write_config(tmp_path / "c.properties", **{
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
         "lake.path": str(tmp_path / "lake"), "delete.retention.ms": "1234",
@@ -29,7 +29,7 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert "hunter2" not in result.stdout and "hunter2" not in result.stderr
     described = json.loads(result.stdout)
     entries = described["topics"][topic]
-    assert entries["segment.bytes"] == {"value": 5000, "source": "broker"}
+    assert entries["segment.bytes"] == {"value": 2000000, "source": "broker"}
     assert entries["cleanup.policy"] == {"value": "compact", "source": "broker"}
     assert entries["delete.retention.ms"] == {"value": 1234, "source": "file"}
     assert entries["min.compaction.lag.ms"] == {"value": 42, "source": "topic override"}

@@ -104,12 +104,13 @@ def test_audit_reports_a_superseded_value_still_on_disk(broker, topic_factory, t
     """Before cleaning, the audit finds the superseded value and says it is pending."""
     from compactor.config import build_config, resolve_config
     from compactor.erasure.audit import audit_key
+    from tests.conftest import overrides_for
     from tests.lake import append
 
     topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"})
     config = resolve_config(build_config({
         "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
-        "lake.path": str(tmp_path / "lake")}))
+        "lake.path": str(tmp_path / "lake"), **overrides_for(topic)}))
     now = int(time.time() * 1000)
     append(config, topic, 0, [(0, b"alice", b"old-address", now - 5000),
                               (1, b"alice", b"new-address", now)], now_ms=now)

@@ -4,6 +4,7 @@ ranges DataFrame (the slow path it replaces and falls back to)."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -41,8 +42,9 @@ def _options(broker: Any, topic: str) -> dict[str, str]:
 
 
 def _produce(broker: Any, topic: str) -> None:
+    now_ms = int(time.time() * 1000)  # recent: a delete topic's retention would drop old records
     produce(broker.bootstrap_servers, topic,
-            [Record(f"k{i}".encode(), b"v", i % 2, 1_700_000_000_000 + i) for i in range(60)])
+            [Record(f"k{i}".encode(), b"v", i % 2, now_ms + i) for i in range(60)])
 
 
 def test_each_batch_gets_the_ranges_spark_planned_without_running_them(

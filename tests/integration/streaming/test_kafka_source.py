@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +26,9 @@ def _stream(spark: Any, broker: Any, **options: str) -> Any:
 
 def test_schema_headers_and_admission_control(spark, broker, topic_factory, tmp_path) -> None:
     topic = topic_factory(2)
+    now_ms = int(time.time() * 1000)  # recent: a delete topic's retention would drop old records
     records = [Record(f"k{i}".encode(), None if i == 3 else f"v{i}".encode(), i % 2,
-                      1_700_000_000_000 + i, (("h", b"x"), ("none", None)))
+                      now_ms + i, (("h", b"x"), ("none", None)))
                for i in range(50)]
     produce(broker.bootstrap_servers, topic, records)
     df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest",
@@ -78,12 +80,84 @@ def test_missing_options_fail_with_a_clear_message(spark) -> None:
         spark.readStream.format("pykafka").option("kafka.bootstrap.servers", "h:1").load()
 
 
-def test_a_spark_option_not_implemented_fails_at_load_never_silently(spark, broker) -> None:
-    """Ignored, startingTimestamp would have started at latest and skipped the data."""
-    with pytest.raises(Exception, match="option startingTimestamp='1000' is not supported"):
-        _stream(spark, broker, subscribe="x", startingTimestamp="1000")
+def test_a_bad_option_fails_at_load_never_silently(spark, broker) -> None:
+    with pytest.raises(Exception, match="option startingTimestamp='soon': must be a timestamp"):
+        _stream(spark, broker, subscribe="x", startingTimestamp="soon")
     with pytest.raises(Exception, match="Kafka option kafka.auto.offset.reset='earliest'"):
         _stream(spark, broker, subscribe="x", **{"kafka.auto.offset.reset": "earliest"})
+
+
+def _timed(broker: Any, topic: str) -> int:
+    """Ten records a partition, 1 s apart in record time, in partitions 0 and 1; the first
+    record's time."""
+    first = int(time.time() * 1000) - 60_000
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"k%d" % i, b"v%d" % i, p, first + i * 1000) for p in (0, 1) for i in range(10)])
+    return first
+
+
+def _drain(spark: Any, broker: Any, checkpoint: Path, **options: str) -> list[Any]:
+    rows: list[Any] = []
+    query = (_stream(spark, broker, **options).writeStream
+             .foreachBatch(lambda d, _id: rows.extend(d.collect()))
+             .option("checkpointLocation", str(checkpoint)).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return rows
+
+
+def test_a_stream_starts_at_the_first_record_of_a_timestamp(spark, kafka, kafka_topic,
+                                                             tmp_path) -> None:
+    topic = kafka_topic(2)
+    first = _timed(kafka, topic)
+    rows = _drain(spark, kafka, tmp_path / "a", subscribe=topic,
+                  startingTimestamp=str(first + 6500), startingOffsets="earliest")
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, o) for p in (0, 1) for o in range(7, 10)]
+    # One time per partition; offsets named by startingOffsets lose to it, as in Spark.
+    by_partition = f'{{"{topic}":{{"0":{first + 2000},"1":{first}}}}}'
+    rows = _drain(spark, kafka, tmp_path / "b", subscribe=topic,
+                  startingOffsetsByTimestamp=by_partition, startingOffsets="latest")
+    assert sorted((r.partition, r.offset) for r in rows) == (
+        [(0, o) for o in range(2, 10)] + [(1, o) for o in range(10)])
+
+
+def test_a_time_no_record_reaches_fails_or_starts_at_the_end_by_the_strategy(
+        spark, kafka, kafka_topic, tmp_path) -> None:
+    topic = kafka_topic(2)
+    first = _timed(kafka, topic)
+    later = str(first + 3_600_000)
+    with pytest.raises(Exception, match=rf"no record of {topic}-0 \(timestamp {later}\)"):
+        _drain(spark, kafka, tmp_path / "a", subscribe=topic, startingTimestamp=later)
+    rows: list[Any] = []
+    query = (_stream(spark, kafka, subscribe=topic, startingTimestamp=later,
+                     startingOffsetsByTimestampStrategy="latest").writeStream
+             .foreachBatch(lambda d, _id: rows.extend(d.collect()))
+             .option("checkpointLocation", str(tmp_path / "b"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: query.lastProgress is not None, 60, "the query to start")
+        produce(kafka.bootstrap_servers, topic, [Record(b"new", b"x", 1)])
+        wait_until(lambda: rows, 60, "the record produced after the start")
+        assert [(r.partition, r.offset, r.key) for r in rows] == [(1, 10, b"new")]
+    finally:
+        query.stop()
+
+
+def test_a_batch_read_between_two_times(spark, kafka, kafka_topic) -> None:
+    topic = kafka_topic(2)
+    first = _timed(kafka, topic)
+    df = _read(spark, kafka, subscribe=topic, startingTimestamp=str(first + 2000),
+               endingOffsetsByTimestamp=f'{{"{topic}":{{"0":{first + 5000},'
+                                        f'"1":{first + 3_600_000}}}}}')
+    # Ends are exclusive; an end no record reaches is the partition's end, as in Spark.
+    assert sorted((r.partition, r.offset) for r in df.collect()) == (
+        [(0, o) for o in range(2, 5)] + [(1, o) for o in range(2, 10)])
+    with pytest.raises(Exception, match=f"option endingOffsetsByTimestamp leaves out {topic}-1"):
+        _read(spark, kafka, subscribe=topic,
+              endingOffsetsByTimestamp=f'{{"{topic}":{{"0":{first}}}}}').collect()
 
 
 def test_starting_offsets_that_leave_out_a_partition_are_refused(spark, broker, topic_factory,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from compactor.demo.workload import Record, produce
 from streaming.service import Service
@@ -15,17 +14,10 @@ from tests.integration.helpers import lake_offsets, run_once, running
 from tests.kafka.broker import kafka_libs
 
 
-def _topic(kafka, partitions: int) -> str:
-    topic = f"k-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
-    admin.create_topics([NewTopic(topic, partitions, 1,
-                                  config={"cleanup.policy": "compact"})])[topic].result(30)
-    return topic
-
-
 @pytest.mark.usefixtures("spark")
-def test_kafkas_consumer_groups_tool_sees_the_mirrors_position(kafka, lake_config) -> None:
-    topic = _topic(kafka, 2)
+def test_kafkas_consumer_groups_tool_sees_the_mirrors_position(
+        kafka, kafka_topic, lake_config) -> None:
+    topic = kafka_topic(2, {"cleanup.policy": "compact"})
     produce(kafka.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", i % 2) for i in range(9)])
     config = lake_config(topic, bootstrap_servers=kafka.bootstrap_servers)
     run_once(config)
@@ -42,8 +34,9 @@ def test_kafkas_consumer_groups_tool_sees_the_mirrors_position(kafka, lake_confi
 
 
 @pytest.mark.usefixtures("spark")
-def test_partitions_added_while_the_mirror_runs_are_mirrored(kafka, lake_config) -> None:
-    topic = _topic(kafka, 2)
+def test_partitions_added_while_the_mirror_runs_are_mirrored(
+        kafka, kafka_topic, lake_config) -> None:
+    topic = kafka_topic(2, {"cleanup.policy": "compact"})
     produce(kafka.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", i % 2) for i in range(4)])
     config = lake_config(topic, bootstrap_servers=kafka.bootstrap_servers,
                          trigger_interval_ms="300")

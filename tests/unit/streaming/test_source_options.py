@@ -5,31 +5,50 @@ from __future__ import annotations
 import pytest
 
 from streaming.exceptions import KafkaSourceError
-from streaming.offset_planning import OffsetRange, split_ranges
-from streaming.source_options import CLIENT_REFUSED, NOT_YET, SourceOptions
+from streaming.offset_planning import ByTimestamp, OffsetRange, split_ranges
+from streaming.source_options import CLIENT_REFUSED, SourceOptions
 
 BASE = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t"}
-SPARK_NAMES = {  # Spark's own spelling, as users write it
-    "startingTimestamp": "1000", "startingOffsetsByTimestamp": '{"t":{"0":1000}}',
-    "startingOffsetsByTimestampStrategy": "latest", "endingTimestamp": "2000",
-}
 
 
-def test_every_not_yet_option_is_listed_in_spark_spelling() -> None:
-    assert set(SPARK_NAMES) == set(NOT_YET)
-
-
-@pytest.mark.parametrize(("name", "value"), sorted(SPARK_NAMES.items()))
-def test_an_option_not_implemented_is_refused_by_name_never_ignored(name, value) -> None:
-    with pytest.raises(KafkaSourceError) as info:
-        SourceOptions({**BASE, name: value})
-    assert f"option {name}={value!r} is not supported by the pykafka source" in str(info.value)
-
-
-@pytest.mark.parametrize("name", ["endingOffsets", "endingOffsetsByTimestamp"])
+@pytest.mark.parametrize("name", ["endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"])
 def test_ending_offsets_are_refused_in_streaming_as_spark_does(name) -> None:
     with pytest.raises(KafkaSourceError, match="not valid in streaming queries"):
         SourceOptions({**BASE, name: "latest"})
+
+
+def test_a_timestamp_for_every_partition_wins_over_timestamps_by_partition_and_offsets() -> None:
+    opts = SourceOptions({**BASE, "startingTimestamp": "1000", "startingOffsets": "earliest",
+                          "startingOffsetsByTimestamp": '{"t":{"0":5}}'})
+    assert opts.starting == ByTimestamp(1000, {}, "error")
+    opts = SourceOptions({**BASE, "startingOffsetsByTimestamp": '{"t":{"0":5,"1":7}}',
+                          "startingOffsets": "earliest",
+                          "startingOffsetsByTimestampStrategy": "LATEST"})
+    assert opts.starting == ByTimestamp(None, {"t": {"0": 5, "1": 7}}, "latest")
+    assert (opts.starting.at("t", 1), opts.starting.at("t", 2)) == (7, None)
+
+
+def test_a_batch_read_ends_by_timestamp_and_an_unmatched_end_goes_to_latest() -> None:
+    opts = SourceOptions({**BASE, "endingOffsetsByTimestamp": '{"t":{"0":2000}}',
+                          "endingOffsets": "latest"}, streaming=False)
+    assert opts.ending == ByTimestamp(None, {"t": {"0": 2000}}, "latest")
+    assert SourceOptions({**BASE, "endingTimestamp": "9"}, streaming=False).ending == (
+        ByTimestamp(9, {}, "latest"))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"startingTimestamp": "-5"}, "option startingTimestamp='-5': must be a timestamp in "
+                                  "milliseconds"),
+    ({"startingTimestamp": "yesterday"}, "option startingTimestamp='yesterday'"),
+    ({"startingOffsetsByTimestamp": '{"t":{"0":-1}}'}, "option startingOffsetsByTimestamp="),
+    ({"startingOffsetsByTimestamp": '{"t":[1000]}'}, "must be JSON like"),
+    ({"startingOffsetsByTimestampStrategy": "earliest"},
+     "startingOffsetsByTimestampStrategy='earliest': must be error"),
+])
+def test_bad_timestamp_options_are_named_with_the_rule(extra, message) -> None:
+    with pytest.raises(KafkaSourceError) as info:
+        SourceOptions({**BASE, **extra})
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize("key", sorted(CLIENT_REFUSED))
