@@ -4,7 +4,8 @@ The mirror's micro-batches and the cleaner's passes share one commit lock, so no
 of this process to the same log overlap. The cleaner runs every ``log.cleaner.backoff.ms``
 and right after each micro-batch commit, also when no new data arrives (deadlines are kept
 by the wall clock). With ``--once``, the mirror catches up and then passes run until nothing
-is due.
+is due. ``log.cleaner.enable=false`` leaves retention and vacuum in the passes and takes
+compaction out, as the setting does in Kafka.
 
 Stop protocol (Ctrl-C or SIGTERM):
 
@@ -140,10 +141,9 @@ class Service:
         mirror.listeners.append(lambda _id, _stats: self._batch_done.set())
         if on_batch is not None:
             mirror.listeners.append(on_batch)
-        cleaner = (LogMaintenance(spark, self.config, self.commit_lock,
-                                  nothing_in_flight=lambda: not mirror.in_batch,
-                                  readers=mirror.readers)
-                   if self.config.cleaner.enable else None)
+        cleaner = LogMaintenance(spark, self.config, self.commit_lock,
+                                 nothing_in_flight=lambda: not mirror.in_batch,
+                                 readers=mirror.readers, compaction=self.config.cleaner.enable)
         tables = []
         for topic in self.config.topics:
             paths = topic_paths(self.config.lake_path, topic)
@@ -154,8 +154,7 @@ class Service:
             topic_paths(self.config.lake_path, t).log, self.config.storage)
                        for t in self.config.topics}
         mirror.generations.update(generations)
-        if cleaner is not None:
-            cleaner.generations.update(generations)
+        cleaner.generations.update(generations)
         mirror.incarnations = Incarnations(self.config)
         mirror.incarnations.claim()  # a recreated topic stops the run here
         log.info("writer generation %s", ", ".join(f"{t}={g}" for t, g in generations.items()))
@@ -167,8 +166,7 @@ class Service:
             mirror.listeners.append(metrics.on_batch)
             log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
                      self.config.metrics_port)
-        if cleaner is not None:
-            mirror.table_hooks.append(cleaner.note_removed)
+        mirror.table_hooks.append(cleaner.note_removed)
         progress = IngestProgress(lambda: broker_end_offsets(self.config))
         mirror.listeners.append(progress.on_batch)
         group = None
@@ -228,7 +226,7 @@ class _Run:
 
     config: CompactorConfig
     mirror: Any  # streaming.query.Mirror, imported with Spark
-    cleaner: LogMaintenance | None
+    cleaner: LogMaintenance
     metrics: Any  # compactor.ops.metrics.Metrics when metrics.port is set
     on_pass: Callable[[PassReport], None] | None
     summary: RunSummary
@@ -240,8 +238,6 @@ class _Run:
 
     def clean(self, until_idle: bool) -> float:
         """Run passes; returns when (monotonic) the next one is due."""
-        if self.cleaner is None:
-            return float("inf")
         reports = self.cleaner.run_until_idle() if until_idle else [self.cleaner.run_pass()]
         for report in reports:
             self.summary.cleaning.add(report)

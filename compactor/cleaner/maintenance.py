@@ -144,9 +144,12 @@ class LogMaintenance:
     def __init__(self, spark: Any | None, config: CompactorConfig,
                  commit_lock: threading.Lock | None = None,
                  nothing_in_flight: Callable[[], bool] | None = None,
-                 readers: TombstoneReaders | None = None) -> None:
+                 readers: TombstoneReaders | None = None, compaction: bool = True) -> None:
         self._spark = spark
         self._config = config
+        # False (log.cleaner.enable=false in a run): retention and vacuum only, as Kafka's
+        # setting stops its cleaner, not its retention.
+        self._compaction = compaction
         self._lock = commit_lock or threading.Lock()
         self._vacuum = Vacuum(config.storage)
         self.uncleanable: dict[tuple[str, int], str] = {}
@@ -178,7 +181,7 @@ class LogMaintenance:
         due = [int(t) for t in self._vacuum_due]
         for topic in self._config.topics:
             tc = self._config.topic(topic)
-            if not tc.compact:
+            if not (tc.compact and self._compaction):
                 continue
             view = log_view(topic_paths(self._config.lake_path, topic).log,
                             self._config.storage)
@@ -249,18 +252,20 @@ class LogMaintenance:
                     continue
                 expired = [s for s in expired_segments(plog, tc, now_ms)
                            if upto is None or s.last_offset <= upto]
-                due = tc.compact and (rng.eligible or (force and rng.cleanable_bytes > 0))
+                due = self._compaction and tc.compact and (
+                    rng.eligible or (force and rng.cleanable_bytes > 0))
                 skip = (topic, partition) in self.uncleanable and not force
                 active = active_segment(plog, tc.roll_ms, now_ms)
                 gone = {s.base_offset for s in expired}
-                runs = [r for r in merge_runs(plog.segments, active) if r.segment not in gone]
+                runs = [r for r in merge_runs(plog.segments, active)
+                        if r.segment not in gone] if self._compaction else []
                 if skip or not (due or expired or runs):
                     report.outcomes.append(PartitionOutcome(topic, partition, rng, None))
                     continue
                 planned.append((rng, _Planned(CleanPlan(
                     topic=topic, partition=partition, log_path=view.uri, range=rng,
-                    segments=tuple(s for s in plog.segments if s is not active
-                                   and s.base_offset < rng.first_uncleanable_offset),
+                    segments=tuple(s for s in plog.segments if s.base_offset in gone or (
+                        s is not active and s.base_offset < rng.first_uncleanable_offset)),
                     expired=tuple(s.base_offset for s in expired),
                     compact=due, segment_bytes=tc.segment_bytes,
                     delete_retention_ms=tc.delete_retention_ms,

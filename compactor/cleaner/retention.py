@@ -1,13 +1,14 @@
 """Segment retention for ``cleanup.policy=delete`` and ``compact,delete`` (KIP-71).
 
-As in Kafka, whole non-active segments are deleted from the oldest on, while the oldest one
-is past ``retention.ms`` (its largest timestamp is older) or the log is larger than
-``retention.bytes`` by at least that segment's size. ``compact`` alone deletes nothing.
+As in Kafka (UnifiedLog's retention), whole segments are deleted from the oldest on, while the
+oldest one is past ``retention.ms`` (its largest timestamp is older) or the log is larger than
+``retention.bytes`` by at least that segment's size. The segment still being appended to is no
+exception: Kafka rolls a new one and deletes it, and here the next append starts a new segment.
+``compact`` alone deletes nothing.
 """
 
 from __future__ import annotations
 
-from compactor.cleaner.cleanable import active_segment
 from compactor.config import TopicConfig
 from compactor.lake.segments import PartitionLog, Segment
 
@@ -16,15 +17,12 @@ def expired_segments(plog: PartitionLog, tc: TopicConfig, now_ms: int) -> list[S
     """The oldest segments retention removes now, in offset order."""
     if not tc.delete:
         return []
-    active = active_segment(plog, tc.roll_ms, now_ms)
     excess = (
         sum(s.record_bytes for s in plog.segments) - tc.retention_bytes
         if tc.retention_bytes >= 0 else -1
     )
     doomed: list[Segment] = []
     for seg in plog.segments:
-        if seg is active:
-            break
         too_old = tc.retention_ms >= 0 and seg.max_timestamp_ms < now_ms - tc.retention_ms
         too_big = excess >= 0 and excess - seg.record_bytes >= 0
         if not (too_old or too_big):

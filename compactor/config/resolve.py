@@ -46,6 +46,15 @@ def resolve_topic(
         )
     tc = TopicConfig(name=topic, sources=MappingProxyType(sources),
                      **{spec.field: values[name] for name, spec in TOPIC_KEYS.items()})
+    isolation = config.kafka.get("isolation.level", "read_committed")
+    if tc.compact and isolation == "read_uncommitted":
+        # Kafka's cleaner drops aborted transactions' records; mirrored as data, they would
+        # win compaction over the committed value they followed.
+        raise ConfigError(
+            "kafka.isolation.level", isolation,
+            f"topic {topic} is compacted (cleanup.policy={tc.value('cleanup.policy')}), and "
+            "read_uncommitted would mirror aborted transactions' records as data, where they "
+            "win compaction", "remove the setting: the mirror reads read_committed")
     if tc.erasure_deadline and tc.vacuum_grace >= tc.max_compaction_lag_ms:
         # A grace the user set (not Kafka's key) that alone outlasts the deadline contradicts
         # it; a max lag that is merely short is Kafka-valid and runs best effort.

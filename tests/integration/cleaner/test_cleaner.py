@@ -6,14 +6,18 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections import defaultdict
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
 
 from compactor.demo.workload import Record, produce
+from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import topic_paths
+from tests.conftest import wait_until
 from tests.integration.helpers import log_table, run_once, write_config
 
 
@@ -144,6 +148,51 @@ def test_retention_reaches_the_latest_value_table(
     table = DeltaTable(topic_paths(config.lake_path, topic).table).to_pyarrow_table()
     assert dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
                     strict=True)) == in_log
+
+
+@pytest.mark.usefixtures("spark")
+def test_time_retention_removes_the_last_segment_too_as_kafka_does(
+        kafka, broker, topic_factory, lake_config) -> None:
+    """Five records two minutes old under a one-minute retention.ms: Kafka rolls the segment
+    they are in and deletes it; the mirror's next pass removes them too."""
+    old = int(time.time() * 1000) - 120_000
+    records = [Record(b"k%d" % i, b"v", 0, old + i) for i in range(5)]
+    on_kafka = f"retained-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
+    admin.create_topics([NewTopic(on_kafka, 1, 1, config={
+        "cleanup.policy": "delete", "retention.ms": "60000"})])[on_kafka].result(30)
+    produce(kafka.bootstrap_servers, on_kafka, records)
+    reader = OffsetReader({"bootstrap.servers": kafka.bootstrap_servers})
+    wait_until(lambda: reader.offsets([(on_kafka, 0)], "earliest")[(on_kafka, 0)] == 5, 30,
+               "Kafka's retention to delete the segment being appended to")
+
+    topic = topic_factory(1, {"cleanup.policy": "delete", "retention.ms": "60000"})
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic)
+    run_once(config)
+    assert rows(config, topic) == []
+    produce(broker.bootstrap_servers, topic, [Record(b"new", b"v", 0)])
+    run_once(config)
+    assert [(r["offset"], r["segment"]) for r in rows(config, topic)] == [(5, 5)]
+
+
+@pytest.mark.usefixtures("spark")
+def test_a_disabled_cleaner_stops_compaction_not_retention(
+        broker, topic_factory, lake_config) -> None:
+    """log.cleaner.enable=false, as in Kafka: no compaction, but retention still deletes."""
+    compact = topic_factory(1, {"cleanup.policy": "compact", "segment.bytes": "100",
+                                "min.cleanable.dirty.ratio": "0.01"})
+    delete = topic_factory(1, {"cleanup.policy": "delete", "retention.ms": "60000",
+                               "segment.bytes": "100"})
+    now = int(time.time() * 1000)
+    produce(broker.bootstrap_servers, compact, [Record(b"same", b"v" * 30, 0) for _ in range(9)])
+    produce(broker.bootstrap_servers, delete,
+            [Record(b"old-%d" % i, b"y" * 30, 0, now - 3_600_000 + i) for i in range(6)]
+            + [Record(b"new", b"n" * 30, 0, now)])
+    config = lake_config(f"{compact},{delete}", log_cleaner_enable="false")
+    run_once(config)
+    assert len(rows(config, compact)) == 9
+    assert [r["key"] for r in rows(config, delete)] == [b"new"]
 
 
 @pytest.mark.usefixtures("spark")

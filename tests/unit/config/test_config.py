@@ -215,3 +215,15 @@ def test_the_erasure_ledger_keeps_finished_erasures_seven_days_unless_told() -> 
         resolve_topic(config(**{"erasure.ledger.retention.ms": "-2"}), "orders", {})
     assert "erasure.ledger.retention.ms" in str(info.value) and "-2" in str(info.value)
     assert "must be >= -1" in str(info.value)
+
+
+def test_read_uncommitted_is_refused_for_a_compacted_topic_only() -> None:
+    """Aborted transactions' records, mirrored as data, would win compaction."""
+    cfg = config(**{"kafka.isolation.level": "read_uncommitted"})
+    assert resolve_topic(cfg, "orders", {"cleanup.policy": "delete"}).delete
+    for policy in ("compact", "compact,delete"):
+        with pytest.raises(ConfigError) as info:
+            resolve_topic(cfg, "orders", {"cleanup.policy": policy})
+        assert info.value.key == "kafka.isolation.level" and info.value.exit_code == 2
+        assert "topic orders is compacted" in str(info.value)
+        assert "remove the setting" in str(info.value)
