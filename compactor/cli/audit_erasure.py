@@ -9,6 +9,8 @@ from dataclasses import asdict
 
 from compactor.cli.common import add_config_options, overrides
 
+EXIT_CODES = {"erased": 0, "overdue": 1, "pending": 6, "pending-no-deadline": 7}
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser(
@@ -16,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Search every file of a topic's lake (Parquet decoded, Delta logs byte for "
         "byte) for values of KEY that a newer record superseded, and report where they remain "
         "and by when they must be gone. Exit 0: nothing remains; 1: traces past their "
-        "deadline; 6: traces remain, all within their deadline.",
+        "deadline; 6: traces remain, all within their deadline; 7: traces remain and none is "
+        "overdue, but some have no deadline (the topic sets no max.compaction.lag.ms).",
     )
     add_config_options(audit)
     audit.add_argument("--topic", required=True, help="the mirrored topic")
@@ -44,14 +47,15 @@ def command(args: argparse.Namespace) -> int:
     result = audit_key(config, args.topic, key)
     now = int(time.time() * 1000)
     overdue = result.overdue(now)
-    code = 1 if overdue else (6 if result.traces else 0)
+    status = result.status(now)
+    code = EXIT_CODES[status]
     if args.json:
         print(json.dumps({
             "topic": args.topic, "key_hex": key.hex(), "files_searched": result.files_searched,
             "latest": {str(p): {"offset": o, "timestamp_ms": ts, "tombstone": t}
                        for p, (o, ts, t) in sorted(result.latest.items())},
             "traces": [{**asdict(t), "overdue": t in overdue} for t in result.traces],
-            "status": {0: "erased", 1: "overdue", 6: "pending"}[code],
+            "status": status,
         }, sort_keys=True))
     else:
         print(f"searched {result.files_searched} files under {args.topic}/ for key {key!r}")
@@ -59,11 +63,17 @@ def command(args: argparse.Namespace) -> int:
             print(f"  partition {p}: current record at offset {o}"
                   f"{' (a tombstone)' if tomb else ''}")
         for t in result.traces:
-            when = ("no deadline" if t.deadline_ms is None else
-                    f"due by {time.strftime('%H:%M:%S', time.localtime(t.deadline_ms / 1000))}")
+            if t.never or t.deadline_ms is None:
+                when = "should not exist" if t.never else "no deadline"
+            else:
+                stamp = time.localtime(t.deadline_ms / 1000)
+                when = f"due by {time.strftime('%Y-%m-%d %H:%M:%S', stamp)}"
             state = "OVERDUE" if t in overdue else "pending"
             print(f"  {state}: {t.path} (partition {t.partition}, offset {t.offset}): "
                   f"{t.what}, {when}")
-        print({0: "nothing superseded remains", 1: f"{len(overdue)} traces past their deadline",
-               6: f"{len(result.traces)} traces remain, all within their deadline"}[code])
+        print({"erased": "nothing superseded remains",
+               "overdue": f"{len(overdue)} traces past their deadline",
+               "pending": f"{len(result.traces)} traces remain, all within their deadline",
+               "pending-no-deadline": f"{len(result.traces)} traces remain; the topic sets no "
+               "max.compaction.lag.ms, so they have no deadline"}[status])
     return code

@@ -4,8 +4,8 @@ One module per verb beside this one (faust's habit) adds its subcommand.
 
 Results go to stdout, logs to stderr. Exit codes: 0 done, 1 failure, 2 bad configuration or
 usage, 3 Kafka unreachable, 4 lake unreadable or a commit refused, 5 data loss, 130 interrupted
-before anything ran; audit-erasure also uses 1 (traces past their deadline) and 6 (traces
-within their deadline).
+before anything ran; audit-erasure also uses 1 (traces past their deadline), 6 (traces
+within their deadline) and 7 (traces without a deadline: the topic sets no max lag).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ orphans, Delta logs, checkpoints, Spark checkpoints below the lake), decodes Par
 searches every other file byte for byte:
 
 - a row of the key whose value a newer record of the key superseded is a *trace*, due to be
-  gone by the superseding record's timestamp + ``max.compaction.lag.ms``;
-- the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, since
-  nothing the product writes puts them there.
+  gone by the superseding record's timestamp + ``max.compaction.lag.ms`` (a record without a
+  timestamp, Kafka's -1, counts as written when its data file was, as everywhere in the
+  product); on a topic without ``max.compaction.lag.ms`` no deadline applies;
+- the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, past
+  due at once, since nothing the product writes puts them there.
 
 The key's current record (its latest value, or its tombstone) is not a trace.
 """
@@ -38,7 +40,8 @@ class Trace:
     partition: int | None
     offset: int | None
     what: str
-    deadline_ms: int | None  # None: no deadline applies (no max lag, or should never exist)
+    deadline_ms: int | None  # None: no deadline applies (the topic sets no max lag)
+    never: bool = False  # should never exist: past due at once
 
 
 @dataclass
@@ -50,18 +53,32 @@ class AuditResult:
     files_searched: int = 0
 
     def overdue(self, now_ms: int) -> list[Trace]:
-        return [t for t in self.traces if t.deadline_ms is None or t.deadline_ms < now_ms]
+        return [t for t in self.traces
+                if t.never or (t.deadline_ms is not None and t.deadline_ms < now_ms)]
+
+    def status(self, now_ms: int) -> str:
+        """erased, overdue, pending (each trace within its deadline) or pending-no-deadline
+        (some trace has none: the topic sets no max.compaction.lag.ms)."""
+        if self.overdue(now_ms):
+            return "overdue"
+        if not self.traces:
+            return "erased"
+        return ("pending-no-deadline" if any(t.deadline_ms is None for t in self.traces)
+                else "pending")
 
 
-def _files(storage: Storage, uri: str) -> tuple[pafs.FileSystem, str, list[PurePosixPath]]:
-    """Every file below ``uri`` (relative to it), on any storage; none when it is absent."""
+def _files(storage: Storage, uri: str,
+           ) -> tuple[pafs.FileSystem, str, dict[PurePosixPath, int]]:
+    """Every file below ``uri`` (relative to it, in path order) with its modification time
+    in ms, on any storage; none when it is absent."""
     fs, root = storage.filesystem(uri)
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
-        return fs, root, []
+        return fs, root, {}
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     base = PurePosixPath(root)
-    return fs, root, sorted(PurePosixPath(i.path).relative_to(base) for i in infos
-                            if i.type == pafs.FileType.File)
+    found = {PurePosixPath(i.path).relative_to(base): (i.mtime_ns or 0) // 1_000_000
+             for i in infos if i.type == pafs.FileType.File}
+    return fs, root, dict(sorted(found.items()))
 
 
 def _read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
@@ -133,11 +150,13 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
 
     # The key's history as the lake knows it, per partition: offset -> timestamp, tombstone.
     history: dict[int, dict[int, tuple[int, bool]]] = {}
-    for _path, row in rows:
+    for path, row in rows:
         p, o = row["partition"], row["offset"]
         if isinstance(p, int) and isinstance(o, int):
             ts = row.get("timestamp")
-            ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else 0
+            ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else -1
+            if ms < 0:  # no timestamp: written when its data file was
+                ms = files[path]
             history.setdefault(p, {})[o] = (ms, row.get("value") is None)
     for p, entries in history.items():
         last = max(entries)
@@ -160,7 +179,7 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
         data = _read_bytes(fs, f"{root}/{path}")
         if data is not None and key in data:
             result.traces.append(Trace(str(path), _table_of(path),
-                                       None, None, "key bytes in a non-data file", None))
+                                       None, None, "key bytes in a non-data file", None, True))
     erased = [(ts, p) for p, (_, ts, tomb) in result.latest.items() if tomb]
     if erased and all(tomb for _, _, tomb in result.latest.values()):
         deadline = max(ts for ts, _ in erased) + lag if lag is not None else None
@@ -198,5 +217,5 @@ def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadlin
             data = _read_bytes(fs, f"{root}/{path}")
             if data is not None and needle in data:
                 traces.append(Trace(label, f"downstream:{d.name}", None, None,
-                                    "key bytes in a non-data file", None))
+                                    "key bytes in a non-data file", None, True))
     return traces

@@ -119,4 +119,47 @@ def test_audit_reports_a_superseded_value_still_on_disk(broker, topic_factory, t
     assert result.traces[0].deadline_ms == now + 60_000
     assert not result.overdue(now) and result.overdue(now + 60_001)
     assert result.latest == {0: (1, now, False)}
-    wait_until(lambda: True, 1, "nothing")
+
+
+def test_a_tombstone_without_a_timestamp_is_due_from_when_its_file_was_written(
+        tmp_path) -> None:
+    """Kafka's -1 timestamp: the audit dates the tombstone by its data file, as the product
+    does everywhere, not 1970 (which made it overdue at once)."""
+    from compactor.erasure.audit import audit_key
+    from tests.lake import append, offline_config
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    append(config, "t", 0, [(0, b"alice", b"address", now - 5000), (1, b"alice", None, -1)],
+           now_ms=now)
+    result = audit_key(config, "t", b"alice")
+    [trace] = result.traces
+    written = max(f.stat().st_mtime_ns // 1_000_000
+                  for f in (tmp_path / "t" / "log").rglob("*.parquet"))
+    assert trace.deadline_ms == written + 60_000
+    assert result.status(now) == "pending" and result.latest[0][2]
+
+
+def test_without_max_lag_the_audit_reports_pending_with_no_deadline(
+        broker, topic_factory, tmp_path) -> None:
+    """No max.compaction.lag.ms, no deadline: pending, exit 7, never overdue (was exit 1)."""
+    from compactor.config import build_config, resolve_config
+    from tests.conftest import overrides_for
+    from tests.lake import append
+
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    raw = {"bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+           "lake.path": str(tmp_path / "lake"), **overrides_for(topic)}
+    now = int(time.time() * 1000)
+    append(resolve_config(build_config(raw)), topic, 0,
+           [(0, b"alice", b"old", now - 5000), (1, b"alice", b"new", now)], now_ms=now)
+    conf = write_config(tmp_path / "c.properties", **raw)
+    audit = subprocess.run([sys.executable, "-m", "compactor.cli", "audit-erasure",
+                            "--config", str(conf), "--topic", topic, "--key", "alice", "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 7, audit.stdout + audit.stderr[-2000:]
+    report = json.loads(audit.stdout)
+    assert report["status"] == "pending-no-deadline"
+    assert [(t["offset"], t["deadline_ms"], t["overdue"]) for t in report["traces"]] == [
+        (0, None, False)]
