@@ -23,6 +23,7 @@ nothing new arrives (Kafka waits for the next dirty pass).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,8 @@ class CleanableRange:
     max_compaction_delay_ms: int
     tombstones_due: bool
     min_cleanable_ratio: float
+    # Why cleaning stops before the active segment, when something holds it back there.
+    held_by: str | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -81,16 +84,23 @@ def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int,
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= end else start
 
     uncleanable = active.base_offset if active is not None else end
+    held_by = None
     dirty_closed = [s for s in closed if s.last_offset >= first_dirty]
     if tc.min_compaction_lag_ms > 0:
         for seg in dirty_closed:
-            if seg.max_timestamp_ms > now_ms - tc.min_compaction_lag_ms:
+            newest = seg.written_max_timestamp_ms
+            if newest > now_ms - tc.min_compaction_lag_ms:
                 uncleanable = min(uncleanable, seg.base_offset)
+                held_by = (f"min.compaction.lag.ms={tc.min_compaction_lag_ms}: segment "
+                           f"{seg.base_offset} holds records as recent as {_utc(newest)}, "
+                           f"cleanable after {_utc(newest + tc.min_compaction_lag_ms)}")
                 break
     if read_upto is not None:
         unread = [s.base_offset for s in plog.segments if s.last_offset > read_upto]
-        if unread:
-            uncleanable = min(uncleanable, min(unread))
+        if unread and min(unread) < uncleanable:
+            uncleanable = min(unread)
+            held_by = (f"the tombstone readers (erasure ledger, downstream tables) have read "
+                       f"up to offset {read_upto}")
     uncleanable = max(first_dirty, uncleanable)
 
     clean = sum(s.record_bytes for s in plog.segments if s.last_offset < first_dirty)
@@ -111,8 +121,12 @@ def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int,
         partition=plog.partition, log_start_offset=start, first_dirty_offset=first_dirty,
         first_uncleanable_offset=uncleanable, clean_bytes=clean, cleanable_bytes=cleanable,
         earliest_dirty_ms=earliest, max_compaction_delay_ms=delay, tombstones_due=due,
-        min_cleanable_ratio=tc.min_cleanable_dirty_ratio,
+        min_cleanable_ratio=tc.min_cleanable_dirty_ratio, held_by=held_by,
     )
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def cleaning_order(ranges: Sequence[CleanableRange]) -> list[CleanableRange]:

@@ -73,6 +73,15 @@ class Segment:
         return max(stamps, default=0)
 
     @property
+    def written_max_timestamp_ms(self) -> int:
+        """The largest timestamp, none later than when its file was written: a record dated
+        ahead of the mirror's clock counts as written then (for min.compaction.lag.ms)."""
+        stamps = [f.max_timestamp_ms if f.modified_ms is None
+                  else min(f.max_timestamp_ms, f.modified_ms)
+                  for f in self.files if f.max_timestamp_ms is not None]
+        return max(stamps, default=0)
+
+    @property
     def min_delete_horizon_ms(self) -> int | None:
         horizons = [f.min_delete_horizon_ms for f in self.files
                     if f.min_delete_horizon_ms is not None]

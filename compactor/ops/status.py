@@ -50,6 +50,7 @@ class PartitionStatus:
     uncleanable_reason: str | None = None
     data_files: int = 0  # the log's live files; consolidation keeps a closed segment at one
     most_files_in_a_closed_segment: int = 0
+    cleaning_held_by: str | None = None  # why cleaning stops before the active segment
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
                     (len(seg.files) for seg in plog.segments if seg is not active), default=0),
                 uncleanable_since_ms=stuck[partition].since_ms if partition in stuck else None,
                 uncleanable_reason=stuck[partition].reason if partition in stuck else None,
+                cleaning_held_by=rng.held_by,
             ))
         backlog = ledger.backlog(topic, now)
         topics.append(TopicStatus(
@@ -209,6 +211,9 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
                 f"{p.segments:>4} {p.data_files:>5} {p.first_dirty_offset:>10} {p.dirty_bytes:>9} "
                 f"{p.dirty_ratio:>6.2f} {'YES' if p.overdue else 'no':>7} "
                 f"{_ms(p.next_forced_cleaning_ms, now_ms):>15}")
+            if p.cleaning_held_by is not None:
+                lines.append(f"       cleaning held before offset {p.first_uncleanable_offset}"
+                             f" by {p.cleaning_held_by}")
             if p.uncleanable_since_ms is not None:
                 lines.append(f"       UNCLEANABLE since {_ms(p.uncleanable_since_ms, now_ms)}: "
                              f"{p.uncleanable_reason or 'reason older than the history searched'}"

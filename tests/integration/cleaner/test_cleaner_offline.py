@@ -319,3 +319,26 @@ def test_a_tombstone_past_its_horizon_stays_until_the_latest_value_table_merged_
     assert table.column("key").to_pylist() == [b"other"]
     LogMaintenance(None, config).run_pass(now_ms=T0 + 6000)  # now it may go
     assert [o for _, o, *_ in log_rows(config, "t")] == [2]
+
+
+def test_a_record_dated_far_ahead_does_not_hold_cleaning_back(tmp_path: Path) -> None:
+    """min.compaction.lag.ms counts a record dated ahead of the mirror's clock as written when
+    its file was: one record dated 2100 no longer keeps its segment, and every later one,
+    uncleanable (and their tombstones past their deadline) until 2100; status says why a
+    partition is held."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=40,
+                            min_compaction_lag_ms=1000, max_compaction_lag_ms=5000,
+                            min_cleanable_dirty_ratio=0.01)
+    y2100, now = 4_102_444_800_000, int(time.time() * 1000)
+    # 20-byte records, two to a segment: [0, 1] [2, 3] [4] (active).
+    append(config, "t", 0, [(0, b"k0", b"v" * 18, y2100), (1, b"a1", b"v" * 18, now),
+                            (2, b"k0", b"w" * 18, now), (3, b"a1", None, now),
+                            (4, b"k9", b"x" * 18, now)], now_ms=now)
+    written = int(time.time() * 1000)  # the files' write time, at the latest
+    held = collect_status(config, now_ms=now + 500)[0][0].partitions[0]
+    assert held.first_uncleanable_offset == 0 and held.cleaning_held_by is not None
+    assert "min.compaction.lag.ms=1000: segment 0" in held.cleaning_held_by
+    LogMaintenance(None, config).run_pass(now_ms=written + 5_001)
+    assert [r[1] for r in log_rows(config, "t")] == [2, 3, 4]  # k0's and a1's old values gone
+    after = collect_status(config, now_ms=written + 5_001)[0][0].partitions[0]
+    assert after.cleaning_held_by is None
