@@ -33,6 +33,7 @@ from typing import Any
 
 from compactor.cleaner.maintenance import LogMaintenance, PassReport
 from compactor.config import CompactorConfig, resolve_config
+from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
 from compactor.exceptions import CompactorError
 from compactor.ingest.consumer_group import GroupCommitter
@@ -187,12 +188,18 @@ class Service:
                          topic, target, upto)
 
     def _loop(self, run: _Run, query: Any, once: bool) -> None:
-        """Until stopped, clean after each micro-batch and when a deadline is due, and
-        every 10 s give the driver's freed native memory back (step 3;
-        :mod:`compactor.ops.native_heap`)."""
+        """Until stopped, clean after each micro-batch and when a deadline is due, follow
+        the broker's topic configs (:mod:`compactor.config.follow`), and every 10 s give the
+        driver's freed native memory back (step 3; :mod:`compactor.ops.native_heap`)."""
         next_clean = time.monotonic() + run.backoff_s
+        refresh_s = self.config.config_refresh_interval_ms / 1000
+        next_refresh = time.monotonic() + refresh_s
         while query.isActive:
             self.native_heap.maybe_trim()
+            if refresh_s > 0 and time.monotonic() >= next_refresh:
+                next_refresh = time.monotonic() + refresh_s
+                if refresh_topic_configs(self.config):
+                    next_clean = time.monotonic()  # a pass under the new configs, now
             if self._stop.is_set() and not run.mirror.in_batch:
                 query.stop()
                 break

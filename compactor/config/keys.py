@@ -146,6 +146,11 @@ PIPELINE_KEYS = _table(
     Key("commit.offsets", "commit_offsets", _bool, _any, True),
     # That group; empty: compactor-<lake directory>-<hash of the lake path>.
     Key("group.id", "group_id", str.strip, _any, ""),
+    # How often a running mirror reads its topics' configs from the broker again, as Kafka's
+    # cleaner reads each log's config every round; -1: only at start.
+    Key("config.refresh.interval.ms", "config_refresh_interval_ms", parse_int,
+        lambda v: None if v == -1 or v >= 1000 else "must be -1 (only at start) or >= 1000",
+        60_000),
 )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,11 +177,35 @@ class CleanerConfig:
                                              "log.cleaner.io.max.bytes.per.second")
 
 
+class TopicConfigs(Mapping[str, TopicConfig]):
+    """Each mirrored topic's effective config: the one part of the configuration a running
+    mirror changes, as it follows the broker's topic configs
+    (:mod:`compactor.config.follow`). A topic's frozen :class:`TopicConfig` is replaced
+    whole, so a reader sees its old or its new config, never a mix."""
+
+    def __init__(self, configs: Mapping[str, TopicConfig] | None = None) -> None:
+        self._configs = dict(configs or {})
+
+    def __getitem__(self, name: str) -> TopicConfig:
+        return self._configs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._configs)
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def replace(self, tc: TopicConfig) -> None:
+        """Put ``tc`` in place of its topic's config."""
+        self._configs[tc.name] = tc
+
+
 @dataclass(frozen=True)
 class CompactorConfig:
     """Validated settings of one compactor deployment.
 
-    ``topic_configs`` is empty until :func:`resolve_topics` has asked the broker.
+    ``topic_configs`` is empty until :func:`~compactor.config.resolve_config` has asked the
+    broker; a running mirror keeps it current (:class:`TopicConfigs`).
     """
 
     bootstrap_servers: str
@@ -197,11 +221,12 @@ class CompactorConfig:
     metrics_port: int = default(PIPELINE_KEYS, "metrics.port")
     commit_offsets: bool = default(PIPELINE_KEYS, "commit.offsets")  # for lag tools
     group_id: str = default(PIPELINE_KEYS, "group.id")
+    config_refresh_interval_ms: int = default(PIPELINE_KEYS, "config.refresh.interval.ms")
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     storage: Storage = LOCAL  # lake.storage.*: delta-rs storage options for remote lakes
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
-    topic_configs: Mapping[str, TopicConfig] = field(default_factory=dict)
+    topic_configs: TopicConfigs = field(default_factory=TopicConfigs)
     downstream: tuple[DownstreamTable, ...] = ()
     formats: Mapping[str, TopicFormat] = field(default_factory=dict)  # topic -> its formats
     # Typed user-given topic values: "" -> every topic, topic name -> that topic, and

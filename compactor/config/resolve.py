@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from compactor.config.keys import TOPIC_KEYS, parse_value
-from compactor.config.model import CompactorConfig, TopicConfig
+from compactor.config.model import CompactorConfig, TopicConfig, TopicConfigs
 from compactor.exceptions import ConfigError
 from compactor.kafka.admin import describe_topic_configs
 
@@ -87,21 +87,26 @@ def broker_overrides(entries: Mapping[str, tuple[str | None, bool]]) -> dict[str
     return chosen
 
 
+def check_topic(config: CompactorConfig, tc: TopicConfig) -> None:
+    """The rules that tie a topic's config to the pipeline's (at start and on a refresh)."""
+    if (tc.erasure_deadline and not tc.deadline_best_effort
+            and config.table_merge_interval_ms > tc.cleaning_lag_ms):  # set, not -1
+        raise ConfigError(
+            "table.merge.interval.ms", config.table_merge_interval_ms,
+            f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "
+            f"must be at most {tc.cleaning_lag_ms} ms (max.compaction.lag.ms - vacuum grace"
+            " - pass allowance)", "lower it, or use 0 to merge after every micro-batch",
+        )
+
+
 def with_topic_configs(
     config: CompactorConfig, broker: Mapping[str, Mapping[str, str]]
 ) -> CompactorConfig:
     """Return the config with every topic resolved against its broker overrides."""
     resolved = {t: resolve_topic(config, t, broker.get(t, {})) for t in config.topics}
     for tc in resolved.values():
-        if (tc.erasure_deadline and not tc.deadline_best_effort
-                and config.table_merge_interval_ms > tc.cleaning_lag_ms):  # set, not -1
-            raise ConfigError(
-                "table.merge.interval.ms", config.table_merge_interval_ms,
-                f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "
-                f"must be at most {tc.cleaning_lag_ms} ms (max.compaction.lag.ms - vacuum grace"
-                " - pass allowance)", "lower it, or use 0 to merge after every micro-batch",
-            )
-    return replace(config, topic_configs=MappingProxyType(resolved))
+        check_topic(config, tc)
+    return replace(config, topic_configs=TopicConfigs(resolved))
 
 
 def resolve_config(config: CompactorConfig) -> CompactorConfig:
