@@ -18,8 +18,9 @@ between steps 2 and 3 (:mod:`compactor.formats`): records that do not decode are
 records of a schema that would change a column's type are left out and reported to
 ``L/T/rejected`` (:func:`~compactor.lake.rejected.report_type_changes`, exactly once); the
 decoded fields become typed columns, and a schema with new fields adds columns to the table
-in the MERGE's own commit. Before step 4, the range's tombstones delete their keys' older
-rows from ``L/T/rejected`` (:func:`~compactor.lake.rejected.erase_keys`).
+in the MERGE's own commit. Before step 4, each key's newest record of the range (a value or
+a tombstone, decodable or not) deletes that key's older rows from ``L/T/rejected``
+(:func:`~compactor.lake.rejected.drop_superseded`).
 
 Before step 2, rows whose record retention removed from the log go
 (:func:`drop_retained`): a row of partition P with an offset below P's log start offset (the
@@ -58,7 +59,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_follower import log_view
 from compactor.lake.range_reader import read_offsets
-from compactor.lake.rejected import erase_keys, rejected_rows, report_type_changes
+from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
 from compactor.lake.segments import PartitionLog
 from compactor.lake.storage import Storage, failure
 from compactor.positions import RETAINED, TABLE
@@ -82,7 +83,7 @@ class LatestStats:
     left_out: int = 0  # typed topics: records that did not decode (reported at ingest)
     type_changes: int = 0  # records of a schema the table cannot merge (reported now)
     columns_added: tuple[str, ...] = ()
-    rejected_erased: int = 0  # rows of L/T/rejected deleted by tombstones
+    rejected_erased: int = 0  # rows of L/T/rejected a newer record superseded
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -209,6 +210,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         return LatestStats(deleted=retained)
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
     read = records.num_rows
+    newest = latest_per_key(records)  # every record supersedes, decodable or not
     typed = None
     if formats is not None and formats.typed and records.num_rows:
         typed = _decode(records, topic, formats, pa.schema(table.schema().to_arrow()),
@@ -220,9 +222,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         if typed.added:
             log.info("table %s: new columns from a new schema: %s", topic,
                      ", ".join(typed.added))
-    tombstones = records.filter(pc.is_null(records.column("value")))
-    erased = erase_keys(paths.rejected, latest_per_key(tombstones), storage) \
-        if tombstones.num_rows else 0
+    erased = drop_superseded(paths.rejected, newest, storage)
     source = latest_per_key(records)
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
     try:

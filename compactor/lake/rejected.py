@@ -1,9 +1,11 @@
 """``L/T/rejected``: its rows, the type changes the table's MERGE reports, and their erasure.
 
 Rejected rows hold a record's key and value bytes, so they are a copy of personal data like
-every other: a tombstone for a key removes that key's older rejected rows in the same
-catch-up that removes it from the latest-value table (before that MERGE commits, so the
-erasure ledger's "table" step covers both), and vacuum deletes the removed files.
+every other, kept no longer than the log keeps the value: any newer record of a key (a new
+value or a tombstone) removes that key's older rejected rows in the same catch-up that brings
+the latest-value table up to it (before that MERGE commits, so the erasure ledger's "table"
+step covers both, and a superseded row goes within the table's cadence, inside the topic's
+erasure deadline), and vacuum deletes the removed files.
 """
 
 from __future__ import annotations
@@ -68,27 +70,34 @@ def report_type_changes(path: str, rows: pa.Table, upto: dict[int, int],
     return count
 
 
-def erase_keys(path: str, tombstones: pa.Table, storage: Storage) -> int:
-    """Delete the rejected rows that a tombstone of the same key follows; returns how many.
+def drop_superseded(path: str, newest: pa.Table, storage: Storage) -> int:
+    """Delete the rejected rows that a newer record of the same key follows (``newest``: each
+    key's latest record of the range, value or tombstone); returns how many.
 
     By a MERGE against the tombstones (never a literal predicate: keys must not reach the
     Delta log). A row of another partition is older when its timestamp is not later.
     """
     table = open_table(path, storage)
-    if table is None or tombstones.num_rows == 0:
+    if table is None or newest.num_rows == 0 or not table.file_uris():
         return 0
-    source = tombstones.select(["key", "partition", "offset", "timestamp"])
+    # Only keys the table holds: no MERGE (and no commit) when none of them has a dead letter.
+    held = table.to_pyarrow_dataset().to_table(columns=["key"]).column("key")
+    source = newest.filter(pc.is_in(newest.column("key"), pc.unique(held).cast(pa.binary())))
+    if source.num_rows == 0:
+        return 0
+    source = source.select(["key", "partition", "offset", "timestamp"])
     try:
         metrics = (
             table.merge(source, predicate="t.key = s.key", source_alias="s", target_alias="t",
                         commit_properties=operations.properties(
-                            operations.MERGE_LATEST, "rejected rows of deleted keys", []))
+                            operations.MERGE_LATEST, "rejected rows a newer record superseded",
+                            []))
             .when_matched_delete(predicate="(s.partition = t.partition AND t.offset < s.offset)"
                                  " OR (s.partition <> t.partition AND "
                                  "t.timestamp <= s.timestamp)")
             .execute()
         )
     except Exception as exc:
-        raise LakeError(f"cannot delete erased keys from {path}: {failure(path, exc)}") \
-            from exc
+        raise LakeError(f"cannot delete superseded rows from {path}: "
+                        f"{failure(path, exc)}") from exc
     return int(metrics.get("num_target_rows_deleted", 0))

@@ -130,6 +130,24 @@ def test_json_with_a_declared_schema(broker, topic_factory, lake_config) -> None
 
 
 @pytest.mark.usefixtures("spark")
+def test_a_newer_record_of_a_key_removes_its_dead_letters(broker, topic_factory,
+                                                          lake_config) -> None:
+    """A rejected copy of a value goes as the log's copy does: once any newer record of the
+    key supersedes it, not only a tombstone."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"a", b"{broken", 0), Record(b"b", b'{"id": "two"}', 0),
+        Record(b"a", b'{"id": 1}', 0),  # a's dead letter is superseded
+        Record(b"b", b"{also broken", 0),  # so is b's first, by a record that is rejected too
+    ])
+    config = lake_config(topic, log_cleaner_enable="false", value_format="json",
+                         value_schema="id BIGINT")
+    run_once(config)
+    assert sorted((r["key"], r["offset"]) for r in rejected_table(config, topic).to_pylist()
+                  ) == [(b"b", 3)]
+
+
+@pytest.mark.usefixtures("spark")
 def test_json_schema_from_the_registry(broker, topic_factory, lake_config,
                                        schema_registry, tmp_path) -> None:
     topic = topic_factory(1, {"cleanup.policy": "compact"})
