@@ -5,8 +5,10 @@ latest-value table and rejected records, whether the current snapshot references
 orphans, Delta logs, checkpoints, Spark checkpoints below the lake), decodes Parquet and
 searches every other file byte for byte:
 
-- a row of the key whose value a newer record of the key superseded is a *trace*, due to be
-  gone by the superseding record's timestamp + ``max.compaction.lag.ms`` (a record without a
+- a row of the key whose value a newer record of the key superseded (a later offset of its
+  partition, or a later record of another partition: the promise is per key, and keys move
+  partition when partitions are added) is a *trace*, due to be gone by the superseding
+  record's timestamp + ``max.compaction.lag.ms`` (a record without a
   timestamp, Kafka's -1, counts as written when its data file was, as everywhere in the
   product); on a topic without ``max.compaction.lag.ms`` no deadline applies;
 - the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, past
@@ -166,13 +168,13 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
         p, o = row["partition"], row["offset"]
         if row.get("value") is None or not isinstance(p, int) or not isinstance(o, int):
             continue
-        newer = sorted(off for off in history.get(p, {}) if off > o)
-        if not newer:
+        superseding = _superseded_by(history, p, o)
+        if superseding is None:
             continue  # the key's live value
-        superseded_at = history[p][newer[0]][0]
+        by_p, by_o, superseded_at = superseding
+        where = f"offset {by_o}" if by_p == p else f"partition {by_p} offset {by_o}"
         result.traces.append(Trace(
-            str(path), _table_of(path), p, o,
-            f"value superseded by offset {newer[0]}",
+            str(path), _table_of(path), p, o, f"value superseded by {where}",
             superseded_at + lag if lag is not None else None,
         ))
     for path in other_files:
@@ -180,13 +182,31 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
         if data is not None and key in data:
             result.traces.append(Trace(str(path), _table_of(path),
                                        None, None, "key bytes in a non-data file", None, True))
-    erased = [(ts, p) for p, (_, ts, tomb) in result.latest.items() if tomb]
-    if erased and all(tomb for _, _, tomb in result.latest.values()):
-        deadline = max(ts for ts, _ in erased) + lag if lag is not None else None
+    current = max(((ts, p, o, tomb) for p, (o, ts, tomb) in result.latest.items()),
+                  default=None)  # the key's newest record in the topic: (timestamp, partition)
+    if current is not None and current[3]:
+        deadline = current[0] + lag if lag is not None else None
         for d in config.downstream:
             if d.topic == topic:
                 result.traces += _downstream_traces(config.storage, d, key, deadline, result)
     return result
+
+
+def _superseded_by(history: dict[int, dict[int, tuple[int, bool]]], partition: int,
+                   offset: int) -> tuple[int, int, int] | None:
+    """The first record of the key newer than (partition, offset), as (partition, offset,
+    timestamp): a later offset of the partition, or a record of another partition that is
+    later by (timestamp, partition), the latest-value table's rule (a key moves partition when
+    partitions are added; the erasure promise is per key). None: the key's live value."""
+    ts = history[partition][offset][0]
+    candidates = [(history[partition][o][0], partition, o)
+                  for o in history[partition] if o > offset]
+    candidates += [(t, p, o) for p, entries in history.items() if p != partition
+                   for o, (t, _) in entries.items() if (t, p) > (ts, partition)]
+    if not candidates:
+        return None
+    first = min(candidates)
+    return first[1], first[2], first[0]
 
 
 def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadline: int | None,

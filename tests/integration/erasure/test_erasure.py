@@ -141,6 +141,23 @@ def test_a_tombstone_without_a_timestamp_is_due_from_when_its_file_was_written(
     assert result.status(now) == "pending" and result.latest[0][2]
 
 
+def test_the_audit_checks_every_partition_for_a_key_that_moved(tmp_path) -> None:
+    """Keys move partition when partitions are added; the erasure promise is per key, so a
+    tombstone in one partition supersedes the key's older value in another."""
+    from compactor.erasure.audit import audit_key
+    from tests.lake import append, offline_config
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    now = int(time.time() * 1000)
+    append(config, "t", 1, [(0, b"alice", b"address", now - 5000)], now_ms=now)
+    append(config, "t", 0, [(0, b"alice", None, now)], now_ms=now)
+    result = audit_key(config, "t", b"alice")
+    assert [(t.partition, t.offset, t.what, t.deadline_ms) for t in result.traces] == [
+        (1, 0, "value superseded by partition 0 offset 0", now + 60_000)]
+    assert result.status(now) == "pending" and result.status(now + 60_001) == "overdue"
+
+
 def test_without_max_lag_the_audit_reports_pending_with_no_deadline(
         broker, topic_factory, tmp_path) -> None:
     """No max.compaction.lag.ms, no deadline: pending, exit 7, never overdue (was exit 1)."""
