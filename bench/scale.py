@@ -1,0 +1,152 @@
+"""What a micro-batch costs as partitions and topics grow, at the same record rate.
+
+    python bench/scale.py                               # the four cases below, ~10 minutes
+    python bench/scale.py --cases 4x1,200x1 --seconds 60
+
+Each case (``PxT``: T topics of P partitions): one broker (Apache Kafka by default, one for
+every case), a producer in a process of its own sending ``--rate`` records a second in all,
+keys spread over every partition of every topic, and ``compactor run``'s engine with a
+``--trigger-ms`` trigger, measured for ``--seconds`` from its first micro-batch. Per case it
+prints the median and 90th percentile micro-batch time (the mirror's own batch records: plan,
+write, commit, tombstone readers, table), the end-to-end lag at the end (offsets the broker
+has that the lake does not), the driver's resident memory and the most data files in a
+closed segment, with each time's ratio to the first case's. Prints figures and ratios, never
+asserts: it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from soak_probes import lake_files, memory_mb  # noqa: E402
+from soak_producer import mirror_config  # noqa: E402
+from workloads import BROKERS, create_topic, start_broker  # noqa: E402
+
+from compactor.demo.workload import Record, partition_for, produce  # noqa: E402
+from compactor.kafka.broker_offsets import OffsetReader  # noqa: E402
+from streaming.service import Service  # noqa: E402
+
+DEFAULT_CASES = "4x1,200x1,1000x1,20x50"
+
+
+def _produce(bootstrap: str, topics: list[str], partitions: int, rate: int,
+             stop: Any) -> None:
+    """``rate`` records a second over every partition of ``topics``, sent once a second."""
+    i = 0
+    while not stop.is_set():
+        tick = time.monotonic()
+        by_topic: dict[str, list[Record]] = {t: [] for t in topics}
+        for _ in range(rate):
+            key = b"user-%07d" % (i * 7919 % 1_000_003)
+            topic = topics[i % len(topics)]
+            by_topic[topic].append(Record(key, b"v" * 100, partition_for(key, partitions)))
+            i += 1
+        for topic, records in by_topic.items():
+            if records:
+                produce(bootstrap, topic, records)
+        stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+
+class _BatchTimes(logging.Handler):
+    """The mirror's own record of each micro-batch (streaming.query's ``steps``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        steps = getattr(record, "steps", None)
+        if isinstance(steps, dict):
+            self.times.append(sum(steps.values()))
+
+
+def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
+             args: argparse.Namespace) -> dict[str, float]:
+    names = [f"scale-{partitions}x{topics}-{i}" for i in range(topics)]
+    for name in names:
+        create_topic(bootstrap, name, partitions, cleanup_policy="compact")
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    producer = context.Process(target=_produce, daemon=True,
+                               args=(bootstrap, names, partitions, args.rate, stop))
+    producer.start()
+    service = Service(mirror_config(bootstrap, work, names, **{
+        "trigger.interval.ms": str(args.trigger_ms), "log.cleaner.backoff.ms": "15000"}))
+    times = _BatchTimes()
+    logging.getLogger("streaming.query").addHandler(times)
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 600
+        while not times.times and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.2)
+        first = len(times.times)
+        time.sleep(args.seconds)
+        measured = times.times[first:]
+        tps = [(t, p) for t in names for p in range(partitions)]
+        ends = OffsetReader({"bootstrap.servers": bootstrap}).offsets(tps, "latest")
+        lake = [lake_files(work / "lake", t, ends) for t in names]
+        memory = memory_mb()
+    finally:
+        stop.set()
+        producer.join(30)
+        service.request_stop()
+        thread.join(180)
+        logging.getLogger("streaming.query").removeHandler(times)
+    ordered = sorted(measured) or [float("nan")]
+    return {
+        "batches": float(len(measured)),
+        "median s": statistics.median(ordered),
+        "p90 s": ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))],
+        "lag": sum(f["lag"] for f in lake),
+        "driver MB": memory["driver MB"],
+        "files/closed segment": max(f.get("most files/closed segment", 0) for f in lake),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default=DEFAULT_CASES,
+                    help="comma-separated PxT: T topics of P partitions")
+    ap.add_argument("--rate", type=int, default=200, help="records a second, in all")
+    ap.add_argument("--trigger-ms", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=90.0, help="measured per case")
+    ap.add_argument("--broker", choices=BROKERS, default="kafka")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("streaming.query").setLevel(logging.INFO)
+    cases = [tuple(int(n) for n in c.split("x")) for c in args.cases.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="scale-"))
+    results: list[tuple[str, dict[str, float]]] = []
+    with start_broker(args.broker, work) as broker:
+        for partitions, topics in cases:
+            label = f"{topics} topic{'s' if topics > 1 else ''} x {partitions} partitions"
+            print(f"{label} ...", flush=True)
+            results.append((label, run_case(broker.bootstrap_servers,
+                                            work / f"{partitions}x{topics}", partitions,
+                                            topics, args)))
+    base = results[0][1]["median s"]
+    print(f"\n{args.rate} records/s in all, trigger {args.trigger_ms} ms, {args.seconds:.0f} s "
+          f"measured per case, broker {args.broker}; work dir {work}")
+    print(f"{'case':<32}{'batches':>8}{'median s':>10}{'ratio':>8}{'p90 s':>8}{'lag':>8}"
+          f"{'driver MB':>11}{'files/closed seg':>18}")
+    for label, r in results:
+        print(f"{label:<32}{r['batches']:>8.0f}{r['median s']:>10.2f}"
+              f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
+              f"{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}")
+
+
+if __name__ == "__main__":
+    main()
