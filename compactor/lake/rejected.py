@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
 from compactor.kafka.schema import KAFKA_SCHEMA, TIMESTAMP_TYPE
@@ -70,19 +71,32 @@ def report_type_changes(path: str, rows: pa.Table, upto: dict[int, int],
     return count
 
 
+# The keys each rejected table holds, by the table version they were read at: a catch-up
+# reads them again only after the table changed, not at every micro-batch.
+_HELD: dict[str, tuple[int, pa.Array]] = {}
+
+
+def _held_keys(path: str, table: DeltaTable) -> pa.Array:
+    version = table.version()
+    cached = _HELD.get(path)
+    if cached is None or cached[0] != version:
+        keys = table.to_pyarrow_dataset().to_table(columns=["key"]).column("key")
+        cached = _HELD[path] = (version, pc.unique(keys).cast(pa.binary()))
+    return cached[1]
+
+
 def drop_superseded(path: str, newest: pa.Table, storage: Storage) -> int:
     """Delete the rejected rows that a newer record of the same key follows (``newest``: each
     key's latest record of the range, value or tombstone); returns how many.
 
-    By a MERGE against the tombstones (never a literal predicate: keys must not reach the
+    By a MERGE against those records (never a literal predicate: keys must not reach the
     Delta log). A row of another partition is older when its timestamp is not later.
     """
     table = open_table(path, storage)
     if table is None or newest.num_rows == 0 or not table.file_uris():
         return 0
     # Only keys the table holds: no MERGE (and no commit) when none of them has a dead letter.
-    held = table.to_pyarrow_dataset().to_table(columns=["key"]).column("key")
-    source = newest.filter(pc.is_in(newest.column("key"), pc.unique(held).cast(pa.binary())))
+    source = newest.filter(pc.is_in(newest.column("key"), _held_keys(path, table)))
     if source.num_rows == 0:
         return 0
     source = source.select(["key", "partition", "offset", "timestamp"])
