@@ -51,7 +51,7 @@ from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
-from compactor.lake import fencing, log_commit, operations
+from compactor.lake import fencing, log_commit
 from compactor.lake.commit_files import Conflict
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -367,7 +367,7 @@ class LogMaintenance:
                 raise Conflict(f"{path}: partition {result.partition}'s cleaner "
                                           "checkpoint or fence moved")
 
-        operation, summary = _operation(result)
+        operation, summary = result.operation()
         with self._lock:
             try:
                 log_commit.append(
@@ -435,21 +435,3 @@ class LogMaintenance:
                     log.warning("%s", exc)
         return deleted
 
-
-def _operation(result: CleanResult) -> tuple[str, str]:
-    """Name a cleaning commit by what it did: compaction, retention alone, or only positions;
-    and the sentence for its ``userMetadata``."""
-    s = result.stats
-    if result.added or s.records_dropped or s.tombstones_stamped:
-        operation = operations.CLEAN
-    elif result.removed:
-        operation = operations.RETENTION
-    elif result.merged_from:
-        operation = operations.REWRITE_SEGMENTS
-    else:
-        operation = operations.CHECKPOINT
-    return operation, (
-        f"{operation.lower()} {result.topic}-{result.partition}: checkpoint "
-        f"{result.checkpoint}, {len(result.removed)} files removed, {len(result.added)} added, "
-        f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted, "
-        f"{s.files_merged} files merged into {len(result.merged)}")

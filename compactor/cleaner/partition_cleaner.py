@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from compactor.cleaner.cleanable import CleanableRange
 from compactor.cleaner.consolidation import MergeRun, merge_run
 from compactor.cleaner.offset_map import OffsetMap, digests
+from compactor.lake import operations
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
 from compactor.lake.range_reader import file_batches
 from compactor.lake.segments import DataFile, Segment, record_sizes
@@ -109,6 +110,24 @@ class CleanResult:
     # Segment consolidation (compactor.cleaner.consolidation): the same records in fewer files.
     merged_from: tuple[DataFile, ...] = ()
     merged: tuple[WrittenFile, ...] = ()
+
+    def operation(self) -> tuple[str, str]:
+        """Name the cleaning commit by what it did: compaction, retention alone, or only
+        positions; and the sentence for its ``userMetadata``."""
+        s = self.stats
+        if self.added or s.records_dropped or s.tombstones_stamped:
+            operation = operations.CLEAN
+        elif self.removed:
+            operation = operations.RETENTION
+        elif self.merged_from:
+            operation = operations.REWRITE_SEGMENTS
+        else:
+            operation = operations.CHECKPOINT
+        return operation, (
+            f"{operation.lower()} {self.topic}-{self.partition}: checkpoint "
+            f"{self.checkpoint}, {len(self.removed)} files removed, {len(self.added)} added, "
+            f"{s.records_dropped} records dropped, {s.segments_deleted} segments deleted, "
+            f"{s.files_merged} files merged into {len(self.merged)}")
 
 
 class Throttler:
