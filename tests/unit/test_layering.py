@@ -91,3 +91,14 @@ def test_no_two_modules_import_each_other() -> None:
                       if a != b and a in graph.get(b, set()) and b != a.rsplit(".", 1)[0]
                       and a != b.rsplit(".", 1)[0]})
     assert circles == []
+
+
+MAX_MODULE_LINES = 450
+
+
+@pytest.mark.parametrize("package", OURS)
+def test_every_module_stays_small(package: str) -> None:
+    """One module per idea: a module past the limit holds two and should be split."""
+    long = {str(path.relative_to(ROOT)): n for path in (ROOT / package).rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
