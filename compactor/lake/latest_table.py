@@ -223,7 +223,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
             log.info("table %s: new columns from a new schema: %s", topic,
                      ", ".join(typed.added))
     erased = drop_superseded(paths.rejected, newest, storage)
-    source = latest_per_key(records)
+    # Decoding leaves records out, so a typed topic's MERGE source is its own reduction.
+    source = newest if typed is None else latest_per_key(records)
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
     try:
         metrics = (

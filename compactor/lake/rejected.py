@@ -93,10 +93,13 @@ def drop_superseded(path: str, newest: pa.Table, storage: Storage) -> int:
     Delta log). A row of another partition is older when its timestamp is not later.
     """
     table = open_table(path, storage)
-    if table is None or newest.num_rows == 0 or not table.file_uris():
+    if table is None or newest.num_rows == 0:
         return 0
     # Only keys the table holds: no MERGE (and no commit) when none of them has a dead letter.
-    source = newest.filter(pc.is_in(newest.column("key"), _held_keys(path, table)))
+    held = _held_keys(path, table)
+    if len(held) == 0:
+        return 0
+    source = newest.filter(pc.is_in(newest.column("key"), held))
     if source.num_rows == 0:
         return 0
     source = source.select(["key", "partition", "offset", "timestamp"])
