@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,3 +122,19 @@ def recreate_topic(broker: Any, topic_factory: Any, topic: str, records: int) ->
     topic_factory(1, name=topic)
     produce(broker.bootstrap_servers, topic,
             [Record(b"new-%d" % i, b"v", 0) for i in range(records)])
+
+
+def alter_topic(servers: str, topic: str, values: Mapping[str, str]) -> None:
+    """Set topic configs on the broker (IncrementalAlterConfigs), as an operator would."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in values.items()])
+    admin.incremental_alter_configs([resource])[resource].result(30)

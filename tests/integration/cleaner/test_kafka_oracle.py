@@ -37,11 +37,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
     NewTopic,
-    ResourceType,
 )
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, example, given, settings
@@ -54,6 +50,7 @@ from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import topic_paths
 from streaming.consumer import write_range
 from tests.conftest import wait_until
+from tests.integration.helpers import alter_topic
 
 DAY_MS = 86_400_000
 NOW_MS = int(time.time() * 1000)
@@ -229,13 +226,6 @@ def _mirror_and_clean(servers: str, topic: str, lake: Path,
         for r in table.to_pylist())
 
 
-def _alter(admin: AdminClient, topic: str, **values: str) -> None:
-    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-        for k, v in values.items()])
-    admin.incremental_alter_configs([resource])[resource].result(30)
-
-
 @pytest.mark.kafka_oracle
 @pytest.mark.timeout(max(600, EXAMPLES * 8))  # the whole run of examples, not one
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
@@ -266,13 +256,13 @@ def test_the_mirror_keeps_what_kafkas_cleaner_keeps(kafka, tmp_path_factory,
 
     starts = {p: 0 for p in barriers}
     if "delete" in workload.policy:
-        _alter(admin, topic, retention_ms=str(RETENTION_MS))
+        alter_topic(kafka.bootstrap_servers, topic, {"retention.ms": str(RETENTION_MS)})
         starts = produced.first_live
         reader = OffsetReader({"bootstrap.servers": kafka.bootstrap_servers})
         wait_until(lambda: {p: o for (_, p), o in reader.offsets(
             [(topic, p) for p in barriers], "earliest").items()} == starts, 30,
             f"Kafka's retention to start {topic} at {starts}")
-    _alter(admin, topic, cleanup_policy=workload.policy)
+    alter_topic(kafka.bootstrap_servers, topic, {"cleanup.policy": workload.policy})
     dirty = {p: b for p, b in barriers.items() if starts[p] < b}  # not the barrier alone
     wait_until(lambda: _cleaner_checkpoints(kafka.log_dir, topic) == dirty, 30,
                f"Kafka's cleaner to clean {topic} up to its barriers {dirty}")

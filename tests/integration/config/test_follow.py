@@ -7,25 +7,17 @@ import os
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from compactor.demo.workload import Record, produce
 from compactor.lake.layout import topic_paths
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import log_table, running
+from tests.integration.helpers import alter_topic, log_table, running
 
 
 def _rows(config: Any, topic: str) -> int | None:
     log = topic_paths(config.lake_path, topic).log
     return log_table(config, topic).num_rows if os.path.exists(f"{log}/_delta_log") else None
-
-
-def _alter(servers: str, topic: str, key: str, value: str) -> None:
-    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
-    resource = ConfigResource("topic", topic, incremental_configs=[
-        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 @pytest.mark.usefixtures("spark")
@@ -41,12 +33,12 @@ def test_a_running_mirror_applies_a_new_policy_and_retention_without_a_restart(
         wait_until(lambda: _rows(config, topic) == 6, 60, "the six records")
         # delete -> compact, segments [0, 1] [2, 3] [4, 5]: the offset map covers the closed
         # ones, so 3 is kept as their latest, 0-2 go, the active segment stays.
-        _alter(broker.bootstrap_servers, topic, "cleanup.policy", "compact")
+        alter_topic(broker.bootstrap_servers, topic, {"cleanup.policy": "compact"})
         wait_until(lambda: _rows(config, topic) == 3, 60,
                    "compaction under the new policy")
         # A retention lowered for compliance: every segment goes, the active one too.
-        _alter(broker.bootstrap_servers, topic, "cleanup.policy", "compact,delete")
-        _alter(broker.bootstrap_servers, topic, "retention.ms", "1000")
+        alter_topic(broker.bootstrap_servers, topic, {"cleanup.policy": "compact,delete"})
+        alter_topic(broker.bootstrap_servers, topic, {"retention.ms": "1000"})
         wait_until(lambda: _rows(config, topic) == 0, 60,
                    "retention under the new retention.ms")
         assert not failures, failures
@@ -62,13 +54,13 @@ def test_a_refused_new_value_keeps_the_previous_config_and_says_why(
     topic = topic_factory(1, {"cleanup.policy": "compact"})
     config = lake_config(topic, min_compaction_lag_ms="5000")
     before = config.topic(topic)
-    _alter(broker.bootstrap_servers, topic, "max.compaction.lag.ms", "1000")  # < the min lag
+    alter_topic(broker.bootstrap_servers, topic, {"max.compaction.lag.ms": "1000"})  # < the min lag
     with caplog.at_level(logging.ERROR, logger="compactor.config.follow"):
         assert refresh_topic_configs(config) == {}
     assert config.topic(topic) is before
     assert any("max.compaction.lag.ms" in r.getMessage() and "the previous one stays"
                in r.getMessage() for r in caplog.records), caplog.text
-    _alter(broker.bootstrap_servers, topic, "max.compaction.lag.ms", "60000")
+    alter_topic(broker.bootstrap_servers, topic, {"max.compaction.lag.ms": "60000"})
     applied = refresh_topic_configs(config)
     assert f"max.compaction.lag.ms: {before.max_compaction_lag_ms} -> 60000 (broker)" in (
         applied[topic])
