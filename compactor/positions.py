@@ -31,6 +31,9 @@ position                where it lives                     its version
 ``UNCLEANABLE``         ``L/T/log``                        when a partition was marked
                                                            uncleanable (epoch ms)
 ``CLEANABLE``           ``L/T/log``                        when that mark was cleared (epoch ms)
+``CAUGHT_UP``           ``L/T/log``                        epoch ms before which every record
+                                                           the broker held is in the log, or
+                                                           its erasures were reconciled
 ======================  =================================  ======================================
 
 Spark's own position, the offsets of the mirror's micro-batches, lives in the query's
@@ -97,8 +100,12 @@ UNCLEANABLE = Position("compactor-uncleanable-{partition}", "L/T/log",
 CLEANABLE = Position("compactor-cleanable-{partition}", "L/T/log",
                      "epoch ms when that failure was cleared by a successful pass")
 
+CAUGHT_UP = Position("compactor-caught-up", "L/T/log",
+                     "epoch ms before which every record the broker held is in the log (or "
+                     "the erasures among them were reconciled with the topic)")
+
 ALL = (INGEST, CLEANER, REWRITE, TABLE, RETAINED, TYPED, LEDGER, PRUNED, PRUNED_LATE, ERASE, WRITER,
-       UNCLEANABLE, CLEANABLE)
+       UNCLEANABLE, CLEANABLE, CAUGHT_UP)
 
 
 def query_checkpoint(checkpoint_path: str) -> str:

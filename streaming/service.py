@@ -35,6 +35,7 @@ from compactor.cleaner.maintenance import LogMaintenance, PassReport
 from compactor.config import CompactorConfig, resolve_config
 from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
+from compactor.erasure.source_gap import SourceGap
 from compactor.exceptions import CompactorError
 from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
@@ -112,6 +113,7 @@ class Service:
                 raise run.mirror.error(failure)
             if once and not self._stop.is_set():
                 run.mirror.merge_tables(force=True)
+                run.check_source()
                 run.clean(until_idle=True)
                 run.mirror.merge_tables(force=True)  # rows whose records retention removed
             elif self._stop.is_set():  # a clean stop leaves every table at its log
@@ -158,6 +160,10 @@ class Service:
         cleaner.generations.update(generations)
         mirror.incarnations = Incarnations(self.config)
         mirror.incarnations.claim()  # a recreated topic stops the run here
+        gap = SourceGap(self.config, self.commit_lock, mirror.readers.ledger,
+                        mirror.readers.eraser, generations)
+        gap.start()  # before the mirror's first commit: a new lake is caught up now
+        gap.listeners.append(lambda done: cleaner.note_removed(done.topic))  # wake to vacuum
         log.info("writer generation %s", ", ".join(f"{t}={g}" for t, g in generations.items()))
         metrics = None
         if self.config.metrics_port:
@@ -165,6 +171,7 @@ class Service:
 
             metrics = Metrics(self.config, self.config.metrics_port, mirror.ledger)
             mirror.listeners.append(metrics.on_batch)
+            gap.listeners.append(metrics.on_reconcile)
             log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
                      self.config.metrics_port)
         mirror.table_hooks.append(cleaner.note_removed)
@@ -177,7 +184,7 @@ class Service:
             log.info("committing the mirrored offsets to consumer group %s (for lag tools)",
                      group.group_id)
         return _Run(self.config, mirror, cleaner, metrics, on_pass,
-                    RunSummary(ingest=mirror.totals), group)
+                    RunSummary(ingest=mirror.totals), gap, group)
 
     def _recover(self, mirror: Any) -> None:
         """Repair what a crash left behind: a table behind its log, lost done events (step 2)."""
@@ -196,6 +203,7 @@ class Service:
         next_refresh = time.monotonic() + refresh_s
         while query.isActive:
             self.native_heap.maybe_trim()
+            run.check_source()
             if refresh_s > 0 and time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + refresh_s
                 if refresh_topic_configs(self.config):
@@ -237,7 +245,20 @@ class _Run:
     metrics: Any  # compactor.ops.metrics.Metrics when metrics.port is set
     on_pass: Callable[[PassReport], None] | None
     summary: RunSummary
+    gap: SourceGap
     group: GroupCommitter | None = None
+
+    def check_source(self) -> None:
+        """Move the topics' caught-up times and reconcile a topic the lake fell
+        ``delete.retention.ms`` behind (:mod:`compactor.erasure.source_gap`); a broker or lake
+        failure is logged and tried again at the next look."""
+        try:
+            self.gap.check()
+        except fencing.FencedError:
+            raise
+        except CompactorError as exc:
+            log.error("checking how current the lake is with its topics failed (tried again "
+                      "shortly): %s", exc)
 
     @property
     def backoff_s(self) -> float:

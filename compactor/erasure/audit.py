@@ -14,13 +14,17 @@ searches every other file byte for byte:
 - the key's bytes in any non-data file (a transaction log, a checkpoint) are a trace too, past
   due at once, since nothing the product writes puts them there.
 
-The key's current record (its latest value, or its tombstone) is not a trace.
+The key's current record (its latest value, or its tombstone) is not a trace, unless the
+topic erased the key while the mirror could not read its tombstone: the erasure ledger's
+``reconciled`` events (:mod:`compactor.erasure.reconcile`) make every value of the key in that
+partition up to the event's offset a trace, due by the event's deadline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,8 +32,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from compactor.config import CompactorConfig, DownstreamTable
+from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import LakeError
-from compactor.lake.layout import topic_paths
+from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.storage import Storage
 
 _ROW_COLUMNS = ["key", "value", "offset", "timestamp", "partition"]
@@ -164,11 +169,20 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
         last = max(entries)
         result.latest[p] = (last, entries[last][0], entries[last][1])
 
+    erased = _reconciled(config, topic, key)
     for path, row in rows:
         p, o = row["partition"], row["offset"]
         if row.get("value") is None or not isinstance(p, int) or not isinstance(o, int):
             continue
         superseding = _superseded_by(history, p, o)
+        unseen = [e for e in erased if e["partition"] == p and o <= e["offset"]]
+        if unseen:  # the topic erased it; its tombstone never reached the lake
+            result.traces.append(Trace(
+                str(path), _table_of(path), p, o, "value of a key the topic erased while the "
+                f"mirror could not read the tombstone (reconciled at {unseen[0]['atMs']} ms)",
+                min((e["deadlineMs"] for e in unseen if e["deadlineMs"] is not None),
+                    default=None)))
+            continue
         if superseding is None:
             continue  # the key's live value
         by_p, by_o, superseded_at = superseding
@@ -184,12 +198,28 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
                                        None, None, "key bytes in a non-data file", None, True))
     current = max(((ts, p, o, tomb) for p, (o, ts, tomb) in result.latest.items()),
                   default=None)  # the key's newest record in the topic: (timestamp, partition)
+    deadline = None
     if current is not None and current[3]:
         deadline = current[0] + lag if lag is not None else None
+    elif erased:
+        deadline = min((e["deadlineMs"] for e in erased if e["deadlineMs"] is not None),
+                       default=None)
+    if (current is not None and current[3]) or erased:
         for d in config.downstream:
             if d.topic == topic:
                 result.traces += _downstream_traces(config.storage, d, key, deadline, result)
     return result
+
+
+def _reconciled(config: CompactorConfig, topic: str, key: bytes) -> list[dict[str, Any]]:
+    """The ledger's ``reconciled`` events of ``key`` (:mod:`compactor.erasure.reconcile`):
+    the one record the audit takes from bookkeeping, since no record in the lake says the
+    topic erased the key."""
+    log = open_table(topic_paths(config.lake_path, topic).log, config.storage)
+    if log is None:
+        return []
+    salt = str(log.metadata().id).encode()
+    return ErasureLedger(config).reconciled(topic, salt, key)
 
 
 def _superseded_by(history: dict[int, dict[int, tuple[int, bool]]], partition: int,

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 
 from compactor.config import CompactorConfig, DownstreamTable
@@ -162,27 +163,53 @@ class DownstreamEraser:
         if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
             self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
             return {p: hi for p, (_, hi) in ranges.items()} if keys else {}
-        key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
-        source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
         txns = [ERASE.moved_to(hi, p, d.topic)
                 for p, (_, hi) in ranges.items()]
         try:
-            metrics = (table.merge(source, predicate=f"t.`{d.key_column}` = s.k",
-                                   source_alias="s", target_alias="t",
-                                   commit_properties=operations.properties(
-                                       operations.ERASE_DOWNSTREAM,
-                                       f"tombstoned keys of {d.topic} deleted", txns))
-                       .when_matched_delete().execute())
+            count = _delete_keys(d, table, mapped, txns, f"tombstoned keys of {d.topic} deleted")
         except CommitFailedError:  # another process (compactor clean) applied them first
             log.info("downstream %s moved concurrently; re-reading from its position", d.name)
             return {}
-        except Exception as exc:  # the position stays: the next catch-up redoes the range
-            raise LakeError(f"deleting erased keys from {d.path} failed: {exc}") from exc
         self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
-        count = int(metrics.get("num_target_rows_deleted", 0))
         log.info("downstream %s: %d tombstones applied, %d rows deleted", d.name, len(mapped),
                  count)
         return {p: hi for p, (_, hi) in ranges.items()}
+
+    def erase_keys(self, topic: str, keys: list[bytes]) -> dict[str, int]:
+        """Delete the rows of ``keys`` from every downstream table of ``topic``, as their
+        tombstones would (:mod:`compactor.erasure.reconcile`); no position moves. Returns the
+        rows deleted per table."""
+        deleted: dict[str, int] = {}
+        for d in (d for d in self.config.downstream if d.topic == topic):
+            mapped = {v for v in d.key_values(keys) if v is not None}
+            table = open_table(d.path, self.config.storage)
+            if table is None:
+                raise LakeError(f"downstream table {d.name} at {d.path} is gone; erasures of "
+                                f"{d.topic} cannot be carried to it")
+            if mapped:
+                deleted[d.name] = _delete_keys(d, table, mapped, [],
+                                               f"keys {d.topic} erased unseen deleted")
+        return deleted
+
+
+def _delete_keys(d: DownstreamTable, table: DeltaTable, mapped: set[object],
+                 txns: list[Transaction], summary: str) -> int:
+    """Delete the rows whose key column holds one of ``mapped`` by a MERGE (never a literal
+    predicate: keys must not reach the Delta log); the rows deleted. CommitFailedError: a
+    concurrent commit moved the same position."""
+    key_type = _plain(pa.field(table.schema().to_arrow().field(d.key_column)).type)
+    source = pa.table({"k": pa.array(sorted(mapped), type=key_type)})  # type: ignore[type-var]
+    try:
+        metrics = (table.merge(source, predicate=f"t.`{d.key_column}` = s.k",
+                               source_alias="s", target_alias="t",
+                               commit_properties=operations.properties(
+                                   operations.ERASE_DOWNSTREAM, summary, txns))
+                   .when_matched_delete().execute())
+    except CommitFailedError:
+        raise
+    except Exception as exc:  # the position stays: the next catch-up redoes the range
+        raise LakeError(f"deleting erased keys from {d.path} failed: {exc}") from exc
+    return int(metrics.get("num_target_rows_deleted", 0))
 
 
 def _plain(t: pa.DataType) -> pa.DataType:

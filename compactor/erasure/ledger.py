@@ -10,6 +10,11 @@ Rows are events:
 - ``done``: a target (``table``, ``log``, ``downstream:<name>``) has finished every tombstone
   of a partition up to an offset, at ``atMs``. ``log`` means the cleaner's commit dropped the
   superseded values from the log; vacuum deletes their files within ``vacuum.grace.ms``.
+- ``reconciled``: the topic erased a key whose tombstone the mirror never read (Kafka's
+  cleaner removed it while the mirror was away, :mod:`compactor.erasure.reconcile`); its
+  values in the partition below ``offset`` + 1 are being dropped by name from every target,
+  at ``atMs``; ``deadlineMs`` is ``atMs`` + ``max.compaction.lag.ms``, for vacuum. Not part of
+  the backlog (the step does every target at once); the audit reads it.
 
 Append-only but for its retention: erasures every target finished longer than
 ``erasure.ledger.retention.ms`` ago leave it (:mod:`compactor.erasure.ledger_retention`).
@@ -243,6 +248,44 @@ class ErasureLedger:
                             f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
         return int(table.num_rows)
+
+    def record_reconciled(self, topic: str, salt: bytes, partition: int, upto: int,
+                          keys: pa.Array, at_ms: int) -> None:
+        """Record that ``keys`` were erased by the topic in ``partition`` up to offset ``upto``
+        without a tombstone the mirror read (a ``reconciled`` event per key)."""
+        if len(keys) == 0:
+            return
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                              storage=self._config.storage)
+        n = len(keys)
+        deadline = self._config.topic(topic).erasure_deadline_ms
+        table = _rows("reconciled", n, partition=pa.array([partition] * n, pa.int32()),
+                      offset=pa.array([upto] * n, pa.int64()),
+                      keyDigest=pa.array([key_digest(salt, k) for k in keys.to_pylist()],
+                                         pa.binary()),
+                      tombstoneTimeMs=pa.array([at_ms] * n, pa.int64()),
+                      deadlineMs=pa.array([None if deadline is None else at_ms + deadline] * n,
+                                          pa.int64()),
+                      target=["source"] * n, atMs=pa.array([at_ms] * n, pa.int64()))
+        try:
+            write_deltalake(ledger, table, mode="append",
+                            commit_properties=operations.properties(
+                                operations.RECORD_ERASURES,
+                                f"{n} keys of {topic}-{partition} the topic erased unseen"))
+        except Exception as exc:
+            raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
+                            f"{exc}") from exc
+
+    def reconciled(self, topic: str, salt: bytes | None = None,
+                   key: bytes | None = None) -> list[dict[str, Any]]:
+        """The ledger's ``reconciled`` events (of one key, given the log's id as ``salt``)."""
+        table = open_table(self._path(topic), self._config.storage)
+        if table is None:
+            return []
+        wanted = pc.field("event") == "reconciled"
+        if key is not None and salt is not None:
+            wanted &= pc.field("keyDigest") == pa.scalar(key_digest(salt, key), pa.binary())
+        return list(table.to_pyarrow_dataset().to_table(filter=wanted).to_pylist())
 
     def read_upto(self, topic: str) -> dict[int, int]:
         """Per partition, the last log offset whose tombstones this ledger has recorded (as

@@ -31,6 +31,8 @@ MERGE_LATEST = "MERGE LATEST"  # the latest-value table brought up to the log
 ERASE_DOWNSTREAM = "ERASE DOWNSTREAM"  # tombstoned keys deleted from a downstream table
 RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to the ledger
 COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as few, no event changed
+RECONCILE = "RECONCILE"  # values of keys the topic erased while the mirror could not see it
+CAUGHT_UP = "CAUGHT UP"  # only the time the log last held all the broker had moved
 PRUNE_LEDGER = "PRUNE LEDGER"  # erasures finished longer ago than the ledger's retention removed
 
 

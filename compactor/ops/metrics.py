@@ -32,6 +32,7 @@ from prometheus_client import (
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import ErasureLedger
+from compactor.erasure.reconcile import Reconciled
 from compactor.ingest.writer import BatchStats
 from compactor.ops.health import serve
 from compactor.ops.status import collect_status
@@ -107,9 +108,23 @@ class Metrics:
             "ledger counts them (a counter; erasure_missed_deadlines is the same as a gauge).",
             ["topic"], registry=r)
         self._missed_seen: dict[str, int] = {}
+        self.reconciliations = Counter(
+            "compactor_source_reconciliations", "Times the lake was reconciled with its topic's "
+            "keys because it had not held all the topic had for delete.retention.ms.",
+            ["topic"], registry=r)
+        self.reconciled_keys = Counter(
+            "compactor_source_reconciled_keys", "Keys the topic erased while the mirror could "
+            "not read their tombstones, erased from the lake by a reconciliation.", ["topic"],
+            registry=r)
+        self.caught_up = gauge(
+            "source_caught_up_timestamp_seconds", "When the lake last held every record the "
+            "topic had on the broker (Unix time); the lake is reconciled with the topic once "
+            "this is delete.retention.ms old.", ("topic",))
         for topic in config.topics:
             self.best_effort.labels(topic).set(int(config.topic(topic).deadline_best_effort))
             self.missed_total.labels(topic)  # shown as 0 from the start
+            self.reconciliations.labels(topic)
+            self.reconciled_keys.labels(topic)
         Info("compactor_build", "Versions of this compactor and what it runs on.",
              registry=r).info({
                  "version": installed_version("kafka-lake-compactor"),
@@ -159,6 +174,10 @@ class Metrics:
             self.last_ingest.labels(topic).set(now)
             self._last_ingest_s[topic] = now
 
+    def on_reconcile(self, result: Reconciled) -> None:
+        self.reconciliations.labels(result.topic).inc()
+        self.reconciled_keys.labels(result.topic).inc(result.keys)
+
     def on_pass(self, report: PassReport, uncleanable: Mapping[tuple[str, int], str]) -> None:
         results = [o.result for o in report.outcomes if o.result is not None]
         read = sum(r.stats.bytes_read for r in results)
@@ -193,6 +212,8 @@ class Metrics:
         if ask:
             self._lag_total = sum(lags) if len(lags) == len(partitions) else None
         for t in topics:
+            if t.source.caught_up_ms is not None:
+                self.caught_up.labels(t.topic).set(t.source.caught_up_ms / 1000)
             self.erasure_backlog.labels(t.topic).set(t.erasure.pending)
             self.erasure_oldest.labels(t.topic).set((t.erasure.oldest_pending_age_ms or 0) / 1000)
             self.erasure_missed.labels(t.topic).set(t.erasure.missed_deadlines)

@@ -21,6 +21,7 @@ from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.log_follower import follow, log_view
 from compactor.lake.segments import PartitionLog, read_partition_logs
+from compactor.positions import CAUGHT_UP
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,15 @@ class ErasureStatus:
 
 
 @dataclass(frozen=True)
+class SourceStatus:
+    """How current the lake is with its topic (:mod:`compactor.erasure.source_gap`)."""
+
+    caught_up_ms: int | None  # every record the broker held before it is in the lake
+    reconciled_keys: int | None = None  # keys the topic erased unseen, per the ledger
+    last_reconciled_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class TopicStatus:
     topic: str
     cleanup_policy: str
@@ -68,6 +78,7 @@ class TopicStatus:
     partitions: list[PartitionStatus] = field(default_factory=list)
     erasure: ErasureStatus = ErasureStatus(0, None, 0)
     deadline_warning: str | None = None  # the erasure deadline is best effort, and why
+    source: SourceStatus = SourceStatus(None)
 
 
 def broker_end_offsets(config: CompactorConfig) -> dict[tuple[str, int], int]:
@@ -104,6 +115,21 @@ def _logs(config: CompactorConfig, topic: str, followed: bool
         return {}, {}
     logs = read_partition_logs(table)
     return logs, uncleanable.read(table, logs)
+
+
+def _source(config: CompactorConfig, topic: str, ledger: ErasureLedger,
+            followed: bool) -> SourceStatus:
+    """The caught-up time from the log; a one-off status also counts the ledger's
+    reconciliations (a running mirror's metrics count them as they happen)."""
+    follower = follow(topic_paths(config.lake_path, topic).log, config.storage)
+    if follower.view() is None:
+        return SourceStatus(None)
+    caught_up = follower.position(CAUGHT_UP.id())
+    if followed:
+        return SourceStatus(caught_up)
+    events = ledger.reconciled(topic)
+    return SourceStatus(caught_up, len(events),
+                        max((e["atMs"] for e in events), default=None))
 
 
 def collect_status(config: CompactorConfig, now_ms: int | None = None,
@@ -168,7 +194,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
             tc.erasure_deadline_ms, partitions,
             ErasureStatus(backlog.pending, backlog.oldest_pending_age_ms,
                           backlog.missed_deadlines),
-            tc.deadline_warning,
+            tc.deadline_warning, _source(config, topic, ledger, followed),
         ))
     return topics, broker_error
 
@@ -199,6 +225,12 @@ def status_table(topics: list[TopicStatus], broker_error: str | None, now_ms: in
                      f"{e.pending}, oldest {oldest}, missed deadlines {e.missed_deadlines}")
         if t.deadline_warning:
             lines.append(f"  WARNING: {t.deadline_warning}")
+        src = t.source
+        if src.caught_up_ms is not None or src.reconciled_keys:
+            lines.append(f"  lake held all the topic had: {_ms(src.caught_up_ms, now_ms)}; "
+                         f"keys the topic erased unseen: {src.reconciled_keys or 0}"
+                         + (f" (last reconciled {_ms(src.last_reconciled_ms, now_ms)})"
+                            if src.last_reconciled_ms is not None else ""))
         lines.append(f"  {'part':>4} {'end':>9} {'mirrored':>9} {'lag':>7} {'log':>17} "
                      f"{'segs':>4} {'files':>5} {'dirty from':>10} {'dirty B':>9} {'ratio':>6} "
                      f"{'overdue':>7} {'forced cleaning':>15}")
