@@ -53,7 +53,7 @@ def _check_lake_uri(key: str, uri: str) -> None:
 
 
 _DOWNSTREAM_KEY = re.compile(
-    r"^downstream\.([A-Za-z0-9_-]+)\.(path|topic|key\.column|key\.format)$")
+    r"^downstream\.([A-Za-z0-9_-]+)\.(path|topic|key\.column|key\.format|stats\.columns)$")
 
 
 def _downstream(raw: Mapping[str, str], topics: tuple[str, ...],
@@ -84,8 +84,14 @@ def _downstream(raw: Mapping[str, str], topics: tuple[str, ...],
         if fmt in REGISTRY_FORMATS:
             require_registry_url(registry, f"downstream.{name}.key.format={given} reads keys "
                                  "through the registry")
+        free = tuple(c.strip() for c in attrs.get("stats.columns", "").split(",") if c.strip())
+        if attrs["key.column"] in free:
+            raise ConfigError(f"downstream.{name}.stats.columns", attrs["stats.columns"],
+                              f"names the key column {attrs['key.column']!r}",
+                              "a key is personal data: its erased values would stay in the "
+                              "table's transaction log")
         tables.append(DownstreamTable(name, attrs["topic"], attrs["path"], attrs["key.column"],
-                                      fmt, field_name or None, registry))
+                                      fmt, field_name or None, registry, free))
     return tuple(tables)
 
 

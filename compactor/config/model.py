@@ -135,6 +135,9 @@ class DownstreamTable:
     key_format: str = "string"  # one of DOWNSTREAM_KEY_FORMATS
     json_field: str | None = None  # the key's field that is the column (json:<field>, ...)
     registry: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # Columns the user declared free of personal data: the only ones the table may keep
+    # statistics on (statistics live in its transaction log, beyond any row delete).
+    stats_columns: tuple[str, ...] = ()
 
     def key_value(self, key: bytes) -> object | None:
         """The table's key for a Kafka key; None when the key cannot map (never deletes)."""

@@ -88,6 +88,37 @@ def _files(storage: Storage, uri: str,
     return fs, root, dict(sorted(found.items()))
 
 
+def _leaves(array: pa.Array) -> list[pa.Array]:
+    """The string and binary leaves of a column, structs and lists opened."""
+    if pa.types.is_struct(array.type):
+        return [leaf for i in range(array.type.num_fields) for leaf in _leaves(array.field(i))]
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        return _leaves(array.flatten())
+    if pa.types.is_map(array.type):
+        return _leaves(array.keys) + _leaves(array.items)
+    return [array] if (pa.types.is_string(array.type) or pa.types.is_binary(array.type)
+                       or pa.types.is_large_string(array.type)
+                       or pa.types.is_large_binary(array.type)) else []
+
+
+def _parquet_holds(fs: pafs.FileSystem, path: str, needle: bytes) -> bool:
+    """Whether any text or binary value of a Parquet file that is not a data file (a Delta
+    checkpoint: statistics as JSON, partition values) contains ``needle``; compressed pages
+    hide it from a byte search."""
+    try:
+        table = _plain(pq.read_table(path, filesystem=fs))
+    except Exception:
+        data = _read_bytes(fs, path)
+        return data is not None and needle in data
+    for column in table.columns:
+        for leaf in _leaves(column.combine_chunks()):
+            for value in leaf.to_pylist():
+                text = value.encode() if isinstance(value, str) else value
+                if text is not None and needle in text:
+                    return True
+    return False
+
+
 def _read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
     try:
         with fs.open_input_stream(path) as stream:
@@ -192,8 +223,10 @@ def audit_key(config: CompactorConfig, topic: str, key: bytes) -> AuditResult:
             superseded_at + lag if lag is not None else None,
         ))
     for path in other_files:
-        data = _read_bytes(fs, f"{root}/{path}")
-        if data is not None and key in data:
+        full = f"{root}/{path}"
+        data = _read_bytes(fs, full)
+        if (data is not None and key in data) or (
+                path.name.endswith(".parquet") and _parquet_holds(fs, full, key)):
             result.traces.append(Trace(str(path), _table_of(path),
                                        None, None, "key bytes in a non-data file", None, True))
     current = max(((ts, p, o, tomb) for p, (o, ts, tomb) in result.latest.items()),
@@ -256,7 +289,10 @@ def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadlin
                 table = _plain(pq.read_table(f"{root}/{path}", filesystem=fs))
             except Exception:
                 continue
-            if d.key_column not in table.column_names:
+            if d.key_column not in table.column_names:  # a checkpoint of its transaction log
+                if _parquet_holds(fs, f"{root}/{path}", needle):
+                    traces.append(Trace(label, f"downstream:{d.name}", None, None,
+                                        "key bytes in a non-data file", None, True))
                 continue
             column = table.column(d.key_column)
             hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()

@@ -65,10 +65,11 @@ def check_downstream(config: CompactorConfig) -> None:
         if d.key_column not in names:
             raise ConfigError(f"downstream.{d.name}.key.column", d.key_column,
                               f"is not a column of {d.path}", f"columns: {', '.join(names)}")
+        props = table.metadata().configuration
+        _check_statistics(d, key, table, props)
         tc = config.topic(d.topic)
         if not tc.erasure_deadline:
             continue
-        props = table.metadata().configuration
         retention = _interval_ms(props.get("delta.deletedFileRetentionDuration"))
         if retention > tc.vacuum_grace_ms:
             raise ConfigError(
@@ -85,17 +86,47 @@ def check_downstream(config: CompactorConfig) -> None:
                 "change-data files past the erasure deadline",
                 "set delta.enableChangeDataFeed=false on that table",
             )
-        stats = props.get("delta.dataSkippingStatsColumns")
-        indexed = int(props.get("delta.dataSkippingNumIndexedCols", "32"))
-        in_stats = (d.key_column in [c.strip() for c in stats.split(",")] if stats is not None
-                    else indexed < 0 or names.index(d.key_column) < indexed)
-        if in_stats:
-            raise ConfigError(
-                key, d.path,
-                f"collects statistics on its key column {d.key_column!r}, so erased keys would "
-                "stay in its transaction log",
-                "set delta.dataSkippingStatsColumns on that table to columns without the key",
-            )
+
+
+def statistics_columns(table: DeltaTable, props: Mapping[str, str]) -> list[str]:
+    """The top-level columns a table keeps file statistics on, as Delta writers choose them:
+    ``delta.dataSkippingStatsColumns``, else the first ``delta.dataSkippingNumIndexedCols``
+    (32 by default, -1 for all) leaf columns."""
+    named = props.get("delta.dataSkippingStatsColumns")
+    if named is not None:
+        return [c.strip().strip("`").split(".")[0] for c in named.split(",") if c.strip()]
+    indexed = int(props.get("delta.dataSkippingNumIndexedCols", "32"))
+    leaves: list[str] = []
+    schema = pa.schema(table.schema().to_arrow())
+    for f in schema:
+        leaves += [f.name] * (len(f.flatten()) if pa.types.is_struct(f.type) else 1)
+    chosen = leaves if indexed < 0 else leaves[:indexed]
+    return list(dict.fromkeys(chosen))
+
+
+def _check_statistics(d: DownstreamTable, key: str, table: DeltaTable,
+                      props: Mapping[str, str]) -> None:
+    """Statistics (min/max per file) live in the table's transaction log, which deleting a row
+    does not touch: only the key-free columns the user declared may have them."""
+    stats = statistics_columns(table, props)
+    if d.key_column in stats:
+        raise ConfigError(
+            key, d.path,
+            f"collects statistics on its key column {d.key_column!r}, so erased keys would "
+            "stay in its transaction log",
+            "set delta.dataSkippingStatsColumns on that table to columns without the key",
+        )
+    personal = [c for c in stats if c not in d.stats_columns]
+    if personal:
+        raise ConfigError(
+            key, d.path,
+            f"collects statistics on {', '.join(personal)} (min and max per file, kept in its "
+            "transaction log for delta.logRetentionDuration whatever rows are deleted), so "
+            "values of erased rows would outlive the erasure",
+            f"set delta.dataSkippingStatsColumns on that table to columns free of personal data "
+            f"and list them in downstream.{d.name}.stats.columns, or set "
+            "delta.dataSkippingNumIndexedCols=0",
+        )
 
 
 @dataclass

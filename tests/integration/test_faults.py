@@ -195,7 +195,8 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
         "trigger.interval.ms": "300", "log.cleaner.backoff.ms": "500",
         "spark.master": "local[2]", "spark.ui.enabled": "false",
         "downstream.profiles.path": str(marts), "downstream.profiles.topic": topic,
-        "downstream.profiles.key.column": "user_id", **overrides_for(topic)}.items()))
+        "downstream.profiles.key.column": "user_id", "downstream.profiles.stats.columns": "plan",
+        **overrides_for(topic)}.items()))
     log_dir = lake / topic / "log"
     rng = random.Random(int(os.environ.get("FAULT_SEED", "7")))
     report = Report()
@@ -260,7 +261,8 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
     config = build_config({"bootstrap.servers": broker.bootstrap_servers, "topics": topic,
                            "lake.path": str(lake), "downstream.profiles.path": str(marts),
                            "downstream.profiles.topic": topic,
-                           "downstream.profiles.key.column": "user_id", **overrides_for(topic)})
+                           "downstream.profiles.key.column": "user_id",
+                           "downstream.profiles.stats.columns": "plan", **overrides_for(topic)})
     ledger = ErasureLedger(config)
     waiting: AssertionError | None = None
     try:

@@ -31,7 +31,7 @@ def config_for(tmp_path: Path, **extra: str):
            "lake.path": str(tmp_path / "lake"), "cleanup.policy": "compact",
            "downstream.marts.path": str(tmp_path / "marts"), "downstream.marts.topic": "users",
            "downstream.marts.key.column": "user_id", "downstream.marts.key.format": "json:id",
-           **extra}
+           "downstream.marts.stats.columns": "plan", **extra}
     return with_topic_configs(build_config(raw), {})
 
 
@@ -71,6 +71,10 @@ def test_tombstones_delete_matching_rows_exactly_once(tmp_path: Path) -> None:
      "keeps removed files for 604800000 ms"),
     ({**SAFE, "delta.enableChangeDataFeed": "true"}, {},
      "has its change data feed on"),
+    ({**SAFE, "delta.dataSkippingStatsColumns": "plan,email"}, {},
+     "collects statistics on email .*list them in downstream.marts.stats.columns"),
+    ({**SAFE, "delta.dataSkippingStatsColumns": "plan,email"},
+     {"downstream.marts.stats.columns": "plan"}, "collects statistics on email"),
 ])
 def test_downstream_tables_that_cannot_meet_the_deadline_are_refused(
         tmp_path: Path, properties: dict[str, str], extra: dict[str, str], rule: str) -> None:
@@ -158,3 +162,32 @@ def test_audit_finds_an_erased_key_in_a_downstream_table_until_it_is_vacuumed(
     time.sleep(1.1)  # the table's file retention (1 s) must pass before vacuum may delete it
     DeltaTable(str(tmp_path / "marts")).vacuum(dry_run=False)
     assert downstream_traces() == []
+
+
+def test_audit_reads_values_out_of_a_downstream_tables_checkpoints(tmp_path: Path) -> None:
+    """A table kept statistics on its key (so the start refuses it): the audit finds the erased
+    key in the transaction log's checkpoint too, where compression hides it from a byte search."""
+    import time
+
+    import pyarrow.fs as pafs
+
+    from compactor.erasure.audit import _parquet_holds, audit_key
+
+    make_downstream(tmp_path / "marts", {
+        "delta.dataSkippingStatsColumns": "user_id",
+        "delta.deletedFileRetentionDuration": "interval 0 seconds"})
+    table = DeltaTable(str(tmp_path / "marts"))
+    table.create_checkpoint()
+    checkpoint = next((tmp_path / "marts" / "_delta_log").glob("*.checkpoint.parquet"))
+    assert _parquet_holds(pafs.LocalFileSystem(), str(checkpoint), b"u1")
+    assert not _parquet_holds(pafs.LocalFileSystem(), str(checkpoint), b"u9")
+    config = config_for(tmp_path)
+    now = int(time.time() * 1000)
+    append(config, "users", 0, [(0, b'{"id":"u1"}', None, now)], now_ms=now)
+    DownstreamEraser(config).catch_up("users")
+    DeltaTable(str(tmp_path / "marts")).vacuum(dry_run=False, enforce_retention_duration=False,
+                                               retention_hours=0)
+    traces = [t for t in audit_key(config, "users", b'{"id":"u1"}').traces
+              if t.table == "downstream:marts"]
+    assert traces and all(t.never for t in traces)
+    assert any(t.path.endswith(checkpoint.name) for t in traces)
