@@ -36,7 +36,7 @@ from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_range
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
-from streaming.offset_planning import EARLIEST, LATEST
+from streaming.offset_planning import EARLIEST, LATEST, balanced_groups
 
 log = logging.getLogger(__name__)
 
@@ -127,18 +127,23 @@ class Mirror:
         assert self.batch_ranges is not None  # set by start(), before any batch
         ranges = self.batch_ranges.ranges(df, batch_id)
         now_ms = int(time.time() * 1000)
-        # Largest ranges first: Spark starts tasks in partition order, and a large range
-        # started last would run alone on one core while the others idle.
-        plans = sorted(plan_ranges(self.config, ranges, now_ms, self._log_starts),
-                       key=lambda p: p.end - p.start, reverse=True)
+        plans = plan_ranges(self.config, ranges, now_ms, self._log_starts)
         if not plans:
             return
         client = self.config.kafka_client_config()
         fail = self.config.fail_on_data_loss
         planned = time.monotonic()
+        # One task per core, each writing several partitions' ranges in turn: a task per
+        # Kafka partition cost a Python worker round trip each, so hundreds of partitions
+        # made a batch slow however few records it carried. Balanced by records, largest
+        # first, so that no core idles while another writes a large range.
+        context = self.spark.sparkContext
+        groups = [[plans[i] for i in g] for g in balanced_groups(
+            [p.end - p.start for p in plans], max(1, context.defaultParallelism))]
+        groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
         results = (
-            self.spark.sparkContext.parallelize(plans, len(plans))
-            .map(lambda plan: write_range(plan, client, 120_000, fail))
+            context.parallelize(groups, len(groups))
+            .flatMap(lambda group: [write_range(p, client, 120_000, fail) for p in group])
             .collect()
         )
         if self.incarnations is not None:  # nothing read from a recreated topic is committed
