@@ -64,11 +64,13 @@ class _BatchTimes(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.times: list[float] = []
+        self.steps: list[dict[str, float]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         steps = getattr(record, "steps", None)
         if isinstance(steps, dict):
             self.times.append(sum(steps.values()))
+            self.steps.append(steps)
 
 
 def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
@@ -94,6 +96,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         first = len(times.times)
         time.sleep(args.seconds)
         measured = times.times[first:]
+        steps = times.steps[first:]
         tps = [(t, p) for t in names for p in range(partitions)]
         ends = OffsetReader({"bootstrap.servers": bootstrap}).offsets(tps, "latest")
         lake = [lake_files(work / "lake", t, ends) for t in names]
@@ -105,6 +108,8 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         thread.join(180)
         logging.getLogger("streaming.query").removeHandler(times)
     ordered = sorted(measured) or [float("nan")]
+    where = {f"{name} s": statistics.median(s[name] for s in steps) if steps else float("nan")
+             for name in ("plan", "write", "commit", "readers", "table")}
     return {
         "batches": float(len(measured)),
         "median s": statistics.median(ordered),
@@ -112,6 +117,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         "lag": sum(f["lag"] for f in lake),
         "driver MB": memory["driver MB"],
         "files/closed segment": max(f.get("most files/closed segment", 0) for f in lake),
+        **where,
     }
 
 
@@ -146,6 +152,11 @@ def main() -> None:
         print(f"{label:<32}{r['batches']:>8.0f}{r['median s']:>10.2f}"
               f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
               f"{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}")
+    print(f"\nmedian seconds of each step of a micro-batch\n{'case':<32}"
+          + "".join(f"{s:>9}" for s in ("plan", "write", "commit", "readers", "table")))
+    for label, r in results:
+        print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}"
+                                       for s in ("plan", "write", "commit", "readers", "table")))
 
 
 if __name__ == "__main__":

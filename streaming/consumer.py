@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
@@ -85,22 +85,11 @@ def consume_range(
                     )
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
-            errors = list(map(Message.error, messages))
-            # KafkaError is always truthy, so any() finds one without a Python frame per message.
-            failed = next(i for i, e in enumerate(errors) if e is not None) if any(errors) else None
-            records = messages if failed is None else messages[:failed]
-            offsets = np.fromiter(map(Message.offset, records), np.int64, len(records))
-            done = len(records) > 0 and int(offsets[-1]) >= end - 1
-            if done:  # offsets rise within a partition: cut after the last one below end
-                keep = int(np.searchsorted(offsets, end))
-                records, offsets = records[:keep], offsets[:keep]
-            if records:
-                yield messages_to_batch(records, offsets, include_headers)
+            batches: list[pa.RecordBatch] = []
+            done = _take(messages, topic, partition, start, end, fail_on_data_loss,
+                         include_headers, batches)
+            yield from batches
             if done:
-                return
-            if failed is not None:
-                _partition_error(messages[failed], topic, partition, start, end,
-                                 fail_on_data_loss)
                 return
     finally:
         consumer.close()
@@ -203,6 +192,117 @@ def messages_to_batch(messages: list[Message], offsets: np.ndarray,
         ],
         schema=KAFKA_SCHEMA,
     )
+
+
+# A range this small is read beside the task's other small ranges by one consumer: making a
+# consumer per range cost more than its records. A group holds at most _GROUP_RECORDS
+# records, read into memory before they are written.
+_SMALL_RANGE = 10_000
+_GROUP_RECORDS = 100_000
+
+Range = tuple[str, int, int, int]  # topic, partition, first offset, end offset (exclusive)
+
+
+def consume_ranges(client_config: Mapping[str, str], ranges: Sequence[Range],
+                   poll_timeout_ms: int = 120_000, fail_on_data_loss: bool = True,
+                   include_headers: bool = True) -> list[list[pa.RecordBatch]]:
+    """The record batches of each range, read by one consumer assigned to all of them, with
+    :func:`consume_range`'s rules for each (gaps, its end, data loss); a partition leaves the
+    assignment once its range is read. At most one range per partition."""
+    out: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+    todo = {(t, p): i for i, (t, p, start, end) in enumerate(ranges) if start < end}
+    if not todo:
+        return out
+    ours = set(todo)
+    consumer = _consumer(client_config)
+    try:
+        consumer.assign([TopicPartition(t, p, ranges[i][2]) for (t, p), i in todo.items()])
+        deadline = time.monotonic() + poll_timeout_ms / 1000
+        while todo:
+            messages = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
+            if not messages:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailableError(
+                        f"no data from {waiting_for(todo)} for {poll_timeout_ms} ms "
+                        "(kafkaConsumer.pollTimeoutMs)")
+                continue
+            deadline = time.monotonic() + poll_timeout_ms / 1000
+            mine: dict[tuple[str, int], list[Message]] = {}
+            for m, tp in zip(messages, zip(map(Message.topic, messages),
+                                           map(Message.partition, messages), strict=True),
+                             strict=True):
+                mine.setdefault(tp, []).append(m)
+            for tp, part in mine.items():
+                i = todo.get(tp)
+                if i is None and tp not in ours:  # an error of the client, not a partition's
+                    failed = next((m.error() for m in part if m.error() is not None), None)
+                    if failed is not None:
+                        raise BrokerUnavailableError(f"error reading {waiting_for(todo)}: "
+                                                     f"{failed.str()}")
+                if i is None:  # fetched before its range ended
+                    continue
+                topic, partition, start, end = ranges[i]
+                done = _take(part, topic, partition, start, end, fail_on_data_loss,
+                             include_headers, out[i])
+                if done:
+                    del todo[tp]
+                    consumer.incremental_unassign([TopicPartition(topic, partition)])
+    finally:
+        consumer.close()
+    return out
+
+
+def waiting_for(todo: Mapping[tuple[str, int], int]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(todo))
+
+
+def _take(messages: list[Message], topic: str, partition: int, start: int, end: int,
+          fail_on_data_loss: bool, include_headers: bool, into: list[pa.RecordBatch]) -> bool:
+    """Add one partition's messages of a ``consume()`` to its batches; whether its range
+    is over."""
+    errors = list(map(Message.error, messages))
+    failed = next(i for i, e in enumerate(errors) if e is not None) if any(errors) else None
+    records = messages if failed is None else messages[:failed]
+    offsets = np.fromiter(map(Message.offset, records), np.int64, len(records))
+    done = len(records) > 0 and int(offsets[-1]) >= end - 1
+    if done:
+        keep = int(np.searchsorted(offsets, end))
+        records, offsets = records[:keep], offsets[:keep]
+    if records:
+        into.append(messages_to_batch(records, offsets, include_headers))
+    if done:
+        return True
+    if failed is not None:
+        _partition_error(messages[failed], topic, partition, start, end, fail_on_data_loss)
+        return True
+    return False
+
+
+def write_ranges(plans: Sequence[PartitionPlan], client_config: Mapping[str, str],
+                 poll_timeout_ms: int, fail_on_data_loss: bool) -> list[RangeResult]:
+    """Task side for several partitions: small ranges read together by one consumer per
+    group of them, larger ones each by :func:`write_range`."""
+    def first(plan: PartitionPlan) -> int:
+        committed = plan.committed_offset if plan.committed_offset is not None else -1
+        return max(plan.start, committed + 1)
+
+    small = [p for p in plans if p.end - first(p) <= _SMALL_RANGE]
+    results = [write_range(p, client_config, poll_timeout_ms, fail_on_data_loss)
+               for p in plans if p.end - first(p) > _SMALL_RANGE]
+    group: list[PartitionPlan] = []
+    for plan in [*small, None]:
+        full = plan is None or sum(p.end - first(p) for p in group) + plan.end - first(
+            plan) > _GROUP_RECORDS
+        if group and full:
+            batches = consume_ranges(client_config,
+                                     [(p.topic, p.partition, first(p), p.end) for p in group],
+                                     poll_timeout_ms, fail_on_data_loss)
+            results += [append_batches(p, b) for p, b in zip(group, batches, strict=True)]
+            group = []
+        if plan is not None:
+            group.append(plan)
+    pa.default_memory_pool().release_unused()
+    return results
 
 
 def write_range(

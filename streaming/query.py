@@ -33,7 +33,7 @@ from compactor.lake.log_follower import log_view
 from compactor.positions import query_checkpoint
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
-from streaming.consumer import warm_up, write_range
+from streaming.consumer import warm_up, write_ranges
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
 from streaming.offset_planning import EARLIEST, LATEST, balanced_groups
@@ -143,7 +143,7 @@ class Mirror:
         groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
         results = (
             context.parallelize(groups, len(groups))
-            .flatMap(lambda group: [write_range(p, client, 120_000, fail) for p in group])
+            .flatMap(lambda group: write_ranges(group, client, 120_000, fail))
             .collect()
         )
         if self.incarnations is not None:  # nothing read from a recreated topic is committed
