@@ -257,8 +257,8 @@ class _Run:
         except fencing.FencedError:
             raise
         except CompactorError as exc:
-            log.error("checking how current the lake is with its topics failed (tried again "
-                      "shortly): %s", exc)
+            log.warning("checking how current the lake is with its topics failed (tried again "
+                        "shortly): %s", exc)
 
     @property
     def backoff_s(self) -> float:

@@ -13,6 +13,8 @@ from compactor.exceptions import BrokerUnavailableError
 from compactor.kafka.admin import admin_client
 from compactor.kafka.clients import request_timeout_s
 
+_LEADERSHIP = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
 
 class OffsetReader:
     """Asks the cluster which partitions exist and where their logs start and end.
@@ -82,6 +84,9 @@ class OffsetReader:
         request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         refreshed = False
         attempt = 0
+        # Leadership moving (a topic just created, a broker restarting) is retried within the
+        # request timeout, as Kafka's clients retry it within default.api.timeout.ms.
+        moving_until = time.monotonic() + self._timeout
         while True:
             cause: KafkaException | None = None
             try:
@@ -99,6 +104,11 @@ class OffsetReader:
                     # Partitions added since this client last read the cluster's metadata:
                     # it knows no leader for them until it asks again, once.
                     refreshed = True
+                    self._refresh({t for t, _ in specs})
+                    continue
+                if (isinstance(error, KafkaError) and error.code() in _LEADERSHIP
+                        and time.monotonic() < moving_until):
+                    time.sleep(0.2)
                     self._refresh({t for t, _ in specs})
                     continue
             if not problem:
