@@ -171,11 +171,14 @@ class DownstreamEraser:
                             "downstream.* keys)")
         ranges: dict[int, tuple[int, int]] = {}
         for partition, plog in logs.items():
+            known = self._scanned.get((d.name, partition))
+            if plog.committed_offset is None or (
+                    known is not None and plog.committed_offset <= known):
+                continue  # nothing committed since this process's last look: no lookup
             applied = ERASE.read(table, partition, d.topic)
-            lo = max(applied if applied is not None else -1,
-                     self._scanned.get((d.name, partition), -1))
+            lo = max(applied if applied is not None else -1, -1 if known is None else known)
             self._scanned[(d.name, partition)] = lo
-            if plog.committed_offset is not None and plog.committed_offset > lo:
+            if plog.committed_offset > lo:
                 ranges[partition] = (lo, plog.committed_offset)
         if not ranges:
             return {}

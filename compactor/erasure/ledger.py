@@ -203,11 +203,14 @@ class ErasureLedger:
         found: list[pa.Table] = []
         moved: dict[int, int] = {}
         for partition, plog in view.partitions.items():
-            done = LEDGER.read(ledger, partition)
-            lo = max(-1 if done is None else done, self._scanned.get((topic, partition), -1))
-            self._scanned[(topic, partition)] = lo
             hi = plog.committed_offset
-            if hi is None or hi <= lo:
+            known = self._scanned.get((topic, partition))
+            if hi is None or (known is not None and hi <= known):
+                continue  # nothing committed since this process's last scan: no lookup
+            done = LEDGER.read(ledger, partition)
+            lo = max(-1 if done is None else done, -1 if known is None else known)
+            self._scanned[(topic, partition)] = lo
+            if hi <= lo:
                 continue
             try:
                 rows = read_tombstones(view.uri, plog, lo, hi, TOMBSTONE_COLUMNS,
