@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError, DataLossError
 from compactor.ingest.writer import PartitionPlan, RangeResult, append_batches
-from compactor.kafka.clients import with_logger
+from compactor.kafka.clients import assigned_consumer
 from compactor.kafka.schema import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
@@ -29,22 +29,6 @@ _CONSUME_BATCH = 10_000
 # consume() blocks until it has _CONSUME_BATCH messages or this timeout passes: short, so that
 # the tail of a range (fewer messages than a batch) costs milliseconds, not a second.
 _CONSUME_WAIT_S = 0.05
-
-
-def _consumer(client_config: Mapping[str, str]) -> Consumer:
-    conf = {
-        "group.id": "kafka-lake-compactor",  # required by librdkafka; never committed to
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-        "fetch.wait.max.ms": 100,
-        # librdkafka >= 2.4 waits this long before fetching again once its queue holds
-        # queued.min.messages (default 1000 ms); a task drains the queue far sooner.
-        "fetch.queue.backoff.ms": 10,
-        **client_config,
-    }
-    return Consumer(with_logger(conf))
 
 
 def consume_range(
@@ -68,31 +52,9 @@ def consume_range(
     Each ``consume()`` result is checked and cut as a whole (one pass per field through C,
     not a Python loop per message): on a write task this loop is most of the time.
     """
-    if start >= end:
-        return
-    consumer = _consumer(client_config)
-    tp = TopicPartition(topic, partition, start)
-    try:
-        consumer.assign([tp])
-        deadline = time.monotonic() + poll_timeout_ms / 1000
-        while True:
-            messages = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
-            if not messages:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailableError(
-                        f"no data from {topic}-{partition} for {poll_timeout_ms} ms while "
-                        f"reading offsets [{start}, {end}) (kafkaConsumer.pollTimeoutMs)"
-                    )
-                continue
-            deadline = time.monotonic() + poll_timeout_ms / 1000
-            batches: list[pa.RecordBatch] = []
-            done = _take(messages, topic, partition, start, end, fail_on_data_loss,
-                         include_headers, batches)
-            yield from batches
-            if done:
-                return
-    finally:
-        consumer.close()
+    for _, batch in _read(client_config, [(topic, partition, start, end)], poll_timeout_ms,
+                          fail_on_data_loss, include_headers):
+        yield batch
 
 
 def _partition_error(msg: Message, topic: str, partition: int, start: int, end: int,
@@ -210,11 +172,22 @@ def consume_ranges(client_config: Mapping[str, str], ranges: Sequence[Range],
     :func:`consume_range`'s rules for each (gaps, its end, data loss); a partition leaves the
     assignment once its range is read. At most one range per partition."""
     out: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+    for i, batch in _read(client_config, ranges, poll_timeout_ms, fail_on_data_loss,
+                          include_headers):
+        out[i].append(batch)
+    return out
+
+
+def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeout_ms: int,
+          fail_on_data_loss: bool, include_headers: bool,
+          ) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(index of the range, batch) as one consumer reads every range; with one range, every
+    message of a ``consume()`` is that partition's (no grouping, the common case's speed)."""
     todo = {(t, p): i for i, (t, p, start, end) in enumerate(ranges) if start < end}
     if not todo:
-        return out
+        return
     ours = set(todo)
-    consumer = _consumer(client_config)
+    consumer = assigned_consumer(client_config)
     try:
         consumer.assign([TopicPartition(t, p, ranges[i][2]) for (t, p), i in todo.items()])
         deadline = time.monotonic() + poll_timeout_ms / 1000
@@ -223,37 +196,48 @@ def consume_ranges(client_config: Mapping[str, str], ranges: Sequence[Range],
             if not messages:
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(
-                        f"no data from {waiting_for(todo)} for {poll_timeout_ms} ms "
+                        f"no data from {waiting_for(todo, ranges)} for {poll_timeout_ms} ms "
                         "(kafkaConsumer.pollTimeoutMs)")
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
-            mine: dict[tuple[str, int], list[Message]] = {}
-            for m, tp in zip(messages, zip(map(Message.topic, messages),
-                                           map(Message.partition, messages), strict=True),
-                             strict=True):
-                mine.setdefault(tp, []).append(m)
-            for tp, part in mine.items():
+            for tp, part in _by_partition(messages, ours):
                 i = todo.get(tp)
-                if i is None and tp not in ours:  # an error of the client, not a partition's
-                    failed = next((m.error() for m in part if m.error() is not None), None)
-                    if failed is not None:
-                        raise BrokerUnavailableError(f"error reading {waiting_for(todo)}: "
-                                                     f"{failed.str()}")
                 if i is None:  # fetched before its range ended
                     continue
                 topic, partition, start, end = ranges[i]
+                batches: list[pa.RecordBatch] = []
                 done = _take(part, topic, partition, start, end, fail_on_data_loss,
-                             include_headers, out[i])
+                             include_headers, batches)
+                for batch in batches:
+                    yield i, batch
                 if done:
                     del todo[tp]
-                    consumer.incremental_unassign([TopicPartition(topic, partition)])
+                    if todo:
+                        consumer.incremental_unassign([TopicPartition(topic, partition)])
     finally:
         consumer.close()
-    return out
 
 
-def waiting_for(todo: Mapping[tuple[str, int], int]) -> str:
-    return ", ".join(f"{t}-{p}" for t, p in sorted(todo))
+def _by_partition(messages: list[Message], ours: set[tuple[str, int]],
+                  ) -> list[tuple[tuple[str, int], list[Message]]]:
+    """A ``consume()``'s messages by partition, in order; an error of the client itself (no
+    partition of ours) raises."""
+    if len(ours) == 1:
+        return [(next(iter(ours)), messages)]
+    mine: dict[tuple[str, int], list[Message]] = {}
+    for m, tp in zip(messages, zip(map(Message.topic, messages),
+                                   map(Message.partition, messages), strict=True),
+                     strict=True):
+        if tp not in ours and m.error() is not None:
+            raise BrokerUnavailableError(f"error reading from Kafka: {m.error().str()}")
+        mine.setdefault(tp, []).append(m)
+    return list(mine.items())
+
+
+def waiting_for(todo: Mapping[tuple[str, int], int], ranges: Sequence[Range]) -> str:
+    """The ranges still being read, for a message."""
+    return ", ".join(f"{t}-{p} offsets [{ranges[i][2]}, {ranges[i][3]})"
+                     for (t, p), i in sorted(todo.items()))
 
 
 def _take(messages: list[Message], topic: str, partition: int, start: int, end: int,

@@ -24,6 +24,27 @@ def with_logger(conf: Mapping[str, Any]) -> dict[str, Any]:
     return {**conf, "logger": LIBRDKAFKA}
 
 
+def assigned_consumer(client_config: Mapping[str, Any], **overrides: Any) -> Any:
+    """A consumer of explicitly assigned partitions (no group membership, nothing committed)
+    that reports the end of each partition; ``client_config`` wins over every default."""
+    from confluent_kafka import Consumer
+
+    conf = {
+        "group.id": "kafka-lake-compactor",  # required by librdkafka; never committed to
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "fetch.wait.max.ms": 100,
+        # librdkafka >= 2.4 waits this long before fetching again once its queue holds
+        # queued.min.messages (default 1000 ms); a reader drains the queue far sooner.
+        "fetch.queue.backoff.ms": 10,
+        **overrides,
+        **client_config,
+    }
+    return Consumer(with_logger(conf))
+
+
 def ensure_logging() -> None:
     """In a process nobody configured logging in (a Spark Python worker), log warnings and
     errors to stderr in the CLI's format; the driver's configuration is left alone."""

@@ -16,26 +16,13 @@ import time
 from collections.abc import Mapping
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError
-from compactor.kafka.clients import request_timeout_s, with_logger
+from compactor.kafka.clients import assigned_consumer, request_timeout_s
 
 _BATCH = 10_000
 _WAIT_S = 0.5
-
-
-def _consumer(client_config: Mapping[str, str]) -> Consumer:
-    conf = {
-        **client_config,
-        "group.id": "kafka-lake-compactor",  # required by librdkafka; never committed to
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        # The end of the log as the isolation level sees it: past a compacted tail or a
-        # transaction marker no record at ``end`` - 1 comes, but this event does.
-        "enable.partition.eof": True,
-    }
-    return Consumer(with_logger(conf))
 
 
 def live_keys(client_config: Mapping[str, str], topic: str, partition: int, start: int,
@@ -51,7 +38,8 @@ def live_keys(client_config: Mapping[str, str], topic: str, partition: int, star
     if end <= start:
         return pa.array([], pa.binary())
     timeout_s = request_timeout_s(client_config, 30.0)
-    consumer = _consumer(client_config)
+    # Starting at the log start listed just before: if retention moved it since, from there.
+    consumer = assigned_consumer(client_config, **{"auto.offset.reset": "earliest"})
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
