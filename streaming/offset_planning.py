@@ -160,19 +160,6 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int = 1,
     return out
 
 
-def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
-    """Indexes of ``sizes`` in at most ``groups`` groups of near-equal total size, largest
-    first (longest processing time first), each group in index order; no group is empty."""
-    count = max(1, min(groups, len(sizes)))
-    loads = [0] * count
-    members: list[list[int]] = [[] for _ in range(count)]
-    for i in sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True):
-        least = min(range(count), key=lambda g: (loads[g], len(members[g])))
-        members[least].append(i)
-        loads[least] += sizes[i]
-    return [sorted(m) for m in members if m]
-
-
 def to_offsets(ranges: list[OffsetRange], use_end: bool = True) -> Offsets:
     result: Offsets = {}
     for r in ranges:

@@ -31,12 +31,13 @@ from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import log_view
 from compactor.positions import query_checkpoint
+from compactor.tasks import balanced_groups
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_ranges
 from streaming.exceptions import StreamingError
 from streaming.kafka_source import SHORT_NAME
-from streaming.offset_planning import EARLIEST, LATEST, balanced_groups
+from streaming.offset_planning import EARLIEST, LATEST
 
 log = logging.getLogger(__name__)
 

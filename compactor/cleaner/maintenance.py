@@ -61,6 +61,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_follower import follow, log_view
 from compactor.positions import CLEANER, REWRITE, TABLE, WRITER
+from compactor.tasks import balanced_groups
 
 log = logging.getLogger(__name__)
 
@@ -313,17 +314,18 @@ class LogMaintenance:
         return report
 
     def _execute(self, plans: list[CleanPlan]) -> list[CleanResult]:
-        """One Spark task per partition; in this process when there is no Spark session."""
+        """Spark tasks of several partitions each, at most one per core, balanced by the
+        bytes of their logs (a task per partition cost a Python worker round trip each);
+        in this process when there is no Spark session. Results come back in plan order."""
         if self._spark is None:
             return [clean_partition(p) for p in plans]
-        # Largest logs first (Spark starts tasks in order): a large one started last would
-        # run alone on one core while the others idle. Results come back in plan order.
-        order = sorted(range(len(plans)), key=lambda i: plans[i].range.total_bytes, reverse=True)
-        results: list[CleanResult] = (
-            self._spark.sparkContext.parallelize([plans[i] for i in order], len(plans))
-            .map(clean_partition).collect()
-        )
-        placed = dict(zip(order, results, strict=True))
+        context = self._spark.sparkContext
+        groups = balanced_groups([p.range.total_bytes for p in plans],
+                                 max(1, context.defaultParallelism))
+        done = (context.parallelize([[(i, plans[i]) for i in g] for g in groups], len(groups))
+                .flatMap(lambda group: [(i, clean_partition(plan)) for i, plan in group])
+                .collect())
+        placed = dict(done)
         return [placed[i] for i in range(len(plans))]
 
     def run_until_idle(self, max_passes: int = 50) -> list[PassReport]:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OURS = ("compactor", "streaming")
 # Lowest first. ``compactor`` itself (its __init__) re-exports the lake's readers.
 LAYERS = [
-    {"compactor.positions"},
+    {"compactor.positions", "compactor.tasks"},
     {"compactor.exceptions"},
     {"compactor.kafka"},
     {"compactor.formats"},

@@ -3,7 +3,6 @@ import pytest
 from streaming.exceptions import KafkaSourceError
 from streaming.offset_planning import (
     OffsetRange,
-    balanced_groups,
     parse_starting_offsets,
     rate_limit,
 )
@@ -36,12 +35,3 @@ def test_bad_starting_offsets_are_refused(bad: str) -> None:
     with pytest.raises(KafkaSourceError, match="startingOffsets"):
         parse_starting_offsets(bad)
 
-
-def test_ranges_are_grouped_into_one_task_per_core_by_records() -> None:
-    sizes = [100, 1, 1, 50, 50, 0, 3]
-    groups = balanced_groups(sizes, 2)
-    assert len(groups) == 2
-    assert sorted(i for g in groups for i in g) == list(range(len(sizes)))
-    assert sorted(sum(sizes[i] for i in g) for g in groups) == [102, 103]
-    assert balanced_groups([5, 5], 8) == [[0], [1]]  # never more groups than ranges
-    assert balanced_groups([0, 0, 0, 0], 2) == [[0, 2], [1, 3]]  # idle ranges share out
