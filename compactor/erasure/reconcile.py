@@ -134,8 +134,8 @@ def reconcile(config: CompactorConfig, topic: str, at_ms: int, lock: threading.L
                 rows += sum(eraser.erase_keys(topic, nowhere.to_pylist()).values())
     result = Reconciled(topic, at_ms, len(tps), keys, values, rows)
     if keys or rows:
-        log.warning("%s: %d keys the topic erased while the mirror could not read their "
-                    "tombstones were erased from the lake (%d log records, %d other rows)",
+        log.warning("%s: erased from the lake %d key(s) the topic erased while the mirror "
+                    "could not read their tombstones (%d log records, %d other rows)",
                     topic, keys, values, rows)
     else:
         log.info("%s: reconciled with the topic's %d partitions; nothing to erase", topic,
