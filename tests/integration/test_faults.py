@@ -87,16 +87,23 @@ class Producer(threading.Thread):
             self.error = exc
 
 
+def _mtime(path: Path) -> float | None:
+    """A file's modification time; None once the product removed it (vacuum, the Delta log's
+    expired-commit cleanup) between a listing and this look."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 def in_flight(table_dir: Path) -> bool:
     """Data files newer than the last Delta commit: a write that has not committed yet."""
-    commits = list((table_dir / "_delta_log").glob("*.json"))
+    commits = [t for c in (table_dir / "_delta_log").glob("*.json")
+               if (t := _mtime(c)) is not None]
     if not commits:
         return False
-    last = max(c.stat().st_mtime for c in commits)
-    try:
-        return any(f.stat().st_mtime > last for f in data_files(table_dir))
-    except FileNotFoundError:  # vacuumed while we looked
-        return False
+    last = max(commits)
+    return any((t := _mtime(f)) is not None and t > last for f in data_files(table_dir))
 
 
 def data_files(table_dir: Path) -> list[Path]:
