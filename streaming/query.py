@@ -112,6 +112,8 @@ class Mirror:
         self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
         self.batch_ranges: BatchRanges | None = None  # each batch's ranges, from start()
         self._offsets: OffsetReader | None = None  # the broker's log starts, for plans
+        # Partitions whose rejected position this run has read (plan_ranges' ``caught_up``).
+        self._rejected_read: set[tuple[str, int]] = set()
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -128,7 +130,7 @@ class Mirror:
         assert self.batch_ranges is not None  # set by start(), before any batch
         ranges = self.batch_ranges.ranges(df, batch_id)
         now_ms = int(time.time() * 1000)
-        plans = plan_ranges(self.config, ranges, now_ms, self._log_starts)
+        plans = plan_ranges(self.config, ranges, now_ms, self._log_starts, self._rejected_read)
         if not plans:
             return
         client = self.config.kafka_client_config()
@@ -153,6 +155,7 @@ class Mirror:
         with self.commit_lock:
             locked = time.monotonic()
             stats = commit_ranges(self.config, results, self.generations)
+            self._rejected_read.update((p.topic, p.partition) for p in plans)
             committed = time.monotonic()
             for topic in sorted(stats):
                 carried = {r.partition: r.tombstones for r in results

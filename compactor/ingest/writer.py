@@ -221,12 +221,18 @@ def _lake_start(config: CompactorConfig, topic: str, partition: int, start: int,
 
 def plan_ranges(
     config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int,
-    log_starts: LogStarts | None = None,
+    log_starts: LogStarts | None = None, caught_up: set[tuple[str, int]] | None = None,
 ) -> list[PartitionPlan]:
     """Driver side, step 1: a plan per range with offsets to read, from one snapshot of each
     topic. Each plan starts at the lake's position (:func:`_lake_start`); ``log_starts`` gives
     the broker's first offset of partitions (one request for all; without it, the query's
-    ranges are taken as they come)."""
+    ranges are taken as they come).
+
+    ``caught_up``: the partitions whose rejected position this run already read (the caller
+    keeps the set between batches). A run commits a batch's rejected records before its log
+    records, so after its first batch of a partition the rejected position is never past the
+    log's and need not be read again (a delta-rs lookup per partition per batch); a crash
+    between the two commits ends the run."""
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for topic, partition, start, end in ranges:
         by_topic.setdefault(topic, []).append((partition, start, end))
@@ -240,7 +246,9 @@ def plan_ranges(
     for topic, parts in sorted(by_topic.items()):
         tc = config.topic(topic)
         paths = topic_paths(config.lake_path, topic)
-        rejected_table = ensure_rejected(paths.rejected, storage=config.storage)
+        rejected_table = None
+        if caught_up is None or any((topic, p) not in caught_up for p, _, _ in parts):
+            rejected_table = ensure_rejected(paths.rejected, storage=config.storage)
         logs = views[topic].partitions
         for partition, start, end in sorted(parts):
             plog = logs[partition]
@@ -254,7 +262,8 @@ def plan_ranges(
                 topic=topic, partition=partition, start=start, end=end,
                 log_path=paths.log, rejected_path=paths.rejected,
                 committed_offset=plog.committed_offset,
-                rejected_offset=INGEST.read(rejected_table, partition),
+                rejected_offset=(None if rejected_table is None or (topic, partition) in (
+                    caught_up or ()) else INGEST.read(rejected_table, partition)),
                 active=plog.writer_segment(tc.roll_ms, now_ms),
                 segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
                 now_ms=now_ms, storage=config.storage, formats=config.format(topic),
