@@ -24,7 +24,9 @@ class ConfigError(CompactorError):
         self.key = key
         self.value = value
         self.rule = rule
-        message = f"invalid configuration: {key}={value!r}: {rule}"
+        # A key with no value at all reads "lake.path: is required", not "lake.path=None".
+        shown = key if value is None else f"{key}={value!r}"
+        message = f"invalid configuration: {shown}: {rule}"
         if hint:
             message += f" ({hint})"
         super().__init__(message)

@@ -60,6 +60,9 @@ class _DDL:
 
     def name(self) -> str:
         token = self.take()
+        if token in (",", ":", "<", ">", "(", ")"):
+            raise Untypable(f"expected a field name but found {token!r}"
+                            + (" (two commas in a row?)" if token == "," else ""))
         return token[1:-1] if token.startswith("`") else token
 
     def fields(self, closing: str) -> list[pa.Field]:

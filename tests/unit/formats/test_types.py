@@ -33,6 +33,7 @@ def test_ddl_nested_types() -> None:
     ("id INT name STRING", "expected ',' or"),
     ("a STRUCT<b: INT", "expected ',' or '>'"),
     ("a INT, a STRING", "appears twice"),
+    ("id BIGINT,, sku STRING", r"expected a field name but found ',' \(two commas in a row\?\)"),
     ("", "empty"),
 ])
 def test_ddl_errors_say_where(text: str, says: str) -> None:
