@@ -196,7 +196,7 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
             if not messages:
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(
-                        f"no data from {waiting_for(todo, ranges)} for {poll_timeout_ms} ms "
+                        f"no data from {_waiting_for(todo, ranges)} for {poll_timeout_ms} ms "
                         "(kafkaConsumer.pollTimeoutMs)")
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
@@ -205,10 +205,9 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                 if i is None:  # fetched before its range ended
                     continue
                 topic, partition, start, end = ranges[i]
-                batches: list[pa.RecordBatch] = []
-                done = _take(part, topic, partition, start, end, fail_on_data_loss,
-                             include_headers, batches)
-                for batch in batches:
+                batch, done = _take(part, topic, partition, start, end, fail_on_data_loss,
+                                    include_headers)
+                if batch is not None:
                     yield i, batch
                 if done:
                     del todo[tp]
@@ -234,32 +233,29 @@ def _by_partition(messages: list[Message], ours: set[tuple[str, int]],
     return list(mine.items())
 
 
-def waiting_for(todo: Mapping[tuple[str, int], int], ranges: Sequence[Range]) -> str:
+def _waiting_for(todo: Mapping[tuple[str, int], int], ranges: Sequence[Range]) -> str:
     """The ranges still being read, for a message."""
     return ", ".join(f"{t}-{p} offsets [{ranges[i][2]}, {ranges[i][3]})"
                      for (t, p), i in sorted(todo.items()))
 
 
 def _take(messages: list[Message], topic: str, partition: int, start: int, end: int,
-          fail_on_data_loss: bool, include_headers: bool, into: list[pa.RecordBatch]) -> bool:
-    """Add one partition's messages of a ``consume()`` to its batches; whether its range
-    is over."""
+          fail_on_data_loss: bool, include_headers: bool) -> tuple[pa.RecordBatch | None, bool]:
+    """One partition's messages of a ``consume()`` as a batch (None: no record in its range)
+    and whether its range is over."""
     errors = list(map(Message.error, messages))
     failed = next(i for i, e in enumerate(errors) if e is not None) if any(errors) else None
     records = messages if failed is None else messages[:failed]
     offsets = np.fromiter(map(Message.offset, records), np.int64, len(records))
     done = len(records) > 0 and int(offsets[-1]) >= end - 1
-    if done:
+    if done:  # offsets rise within a partition: cut after the last one below end
         keep = int(np.searchsorted(offsets, end))
         records, offsets = records[:keep], offsets[:keep]
-    if records:
-        into.append(messages_to_batch(records, offsets, include_headers))
-    if done:
-        return True
-    if failed is not None:
+    batch = messages_to_batch(records, offsets, include_headers) if records else None
+    if not done and failed is not None:
         _partition_error(messages[failed], topic, partition, start, end, fail_on_data_loss)
-        return True
-    return False
+        done = True
+    return batch, done
 
 
 def write_ranges(plans: Sequence[PartitionPlan], client_config: Mapping[str, str],

@@ -90,7 +90,7 @@ def reconcile(config: CompactorConfig, topic: str, at_ms: int, lock: threading.L
     paths = topic_paths(config.lake_path, topic)
     client = config.kafka_client_config()
     reader = OffsetReader(client)
-    tps = [tp for tp in reader.partitions([topic], None)]
+    tps = reader.partitions([topic], None)
     starts = reader.offsets(tps, "earliest")
     ends = reader.offsets(tps, "latest")
     live_anywhere: list[pa.Array] = []

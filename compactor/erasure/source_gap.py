@@ -100,15 +100,6 @@ class SourceGap:
             if all(p.committed_offset is None for p in view.partitions.values()):
                 self._save(topic, follower, now)
 
-    def caught_up(self, topic: str) -> int | None:
-        """The topic's caught-up time T (epoch ms), None when unknown."""
-        follower = follow(topic_paths(self.config.lake_path, topic).log, self.config.storage)
-        follower.view()
-        saved = follower.position(CAUGHT_UP.id())
-        mine = self._caught_up.get(topic)
-        return max(t for t in (saved, mine) if t is not None) if (saved, mine) != (None, None) \
-            else None
-
     def check(self, now_ms: int | None = None) -> list[Reconciled]:
         """Observe, move T and reconcile the topics whose gap passed ``delete.retention.ms``
         (steps 1-3); returns the reconciliations done."""

@@ -6,8 +6,8 @@ value is live; one whose latest record is a tombstone, or that no record names, 
 on ``compact,delete``, expired). :mod:`compactor.erasure.reconcile` compares the lake with it.
 
 Records are read as the mirror reads them (the configured ``isolation.level``, so aborted
-transactions count for nothing) and only keys are kept, as one Arrow array per partition: the
-memory is the partition's live key bytes.
+transactions count for nothing) and only keys are kept, as one Arrow array: the memory is the
+partition's live key bytes.
 """
 
 from __future__ import annotations

@@ -95,36 +95,32 @@ def _broker_ends(config: CompactorConfig) -> tuple[dict[tuple[str, int], int], s
 
 
 def _logs(config: CompactorConfig, topic: str, followed: bool
-          ) -> tuple[Mapping[int, PartitionLog], dict[int, uncleanable.Uncleanable]]:
-    """A topic's partition logs and uncleanable partitions: read whole from a fresh snapshot
-    (a one-off ``status``), or through this process's log follower (a running mirror's
-    metrics, refreshed after every cleaning pass), which reads only the commits since its
-    last look and leaves out the uncleanable reasons the metrics do not show."""
+          ) -> tuple[Mapping[int, PartitionLog], dict[int, uncleanable.Uncleanable], int | None]:
+    """A topic's partition logs, uncleanable partitions and caught-up time: read whole from a
+    fresh snapshot (a one-off ``status``), or through this process's log follower (a running
+    mirror's metrics, refreshed after every cleaning pass), which reads only the commits since
+    its last look and leaves out the uncleanable reasons the metrics do not show."""
     uri = topic_paths(config.lake_path, topic).log
     if followed:
         view = log_view(uri, config.storage)
         if view is None:
-            return {}, {}
+            return {}, {}, None
         position = follow(uri, config.storage).position
         marked = {p: since for p in view.partitions
                   if (since := uncleanable.marked_at(position, p)) is not None}
         return view.partitions, {p: uncleanable.Uncleanable(since, None)
-                                 for p, since in marked.items()}
+                                 for p, since in marked.items()}, position(CAUGHT_UP.id())
     table = open_table(uri, config.storage)
     if table is None:
-        return {}, {}
+        return {}, {}, None
     logs = read_partition_logs(table)
-    return logs, uncleanable.read(table, logs)
+    return logs, uncleanable.read(table, logs), CAUGHT_UP.read(table)
 
 
-def _source(config: CompactorConfig, topic: str, ledger: ErasureLedger,
+def _source(topic: str, caught_up: int | None, ledger: ErasureLedger,
             followed: bool) -> SourceStatus:
     """The caught-up time from the log; a one-off status also counts the ledger's
     reconciliations (a running mirror's metrics count them as they happen)."""
-    follower = follow(topic_paths(config.lake_path, topic).log, config.storage)
-    if follower.view() is None:
-        return SourceStatus(None)
-    caught_up = follower.position(CAUGHT_UP.id())
     if followed:
         return SourceStatus(caught_up)
     events = ledger.reconciled(topic)
@@ -146,7 +142,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
     topics = []
     for topic in config.topics:
         tc = config.topic(topic)
-        logs, stuck = _logs(config, topic, followed)
+        logs, stuck, caught_up = _logs(config, topic, followed)
         partitions = []
         for partition in sorted(set(logs) | {p for t, p in ends if t == topic}):
             plog = logs.get(partition)
@@ -194,7 +190,7 @@ def collect_status(config: CompactorConfig, now_ms: int | None = None,
             tc.erasure_deadline_ms, partitions,
             ErasureStatus(backlog.pending, backlog.oldest_pending_age_ms,
                           backlog.missed_deadlines),
-            tc.deadline_warning, _source(config, topic, ledger, followed),
+            tc.deadline_warning, _source(topic, caught_up, ledger, followed),
         ))
     return topics, broker_error
 
