@@ -206,7 +206,8 @@ class Mirror:
         with self.commit_lock:
             for topic in due:
                 merged = catch_up(self.config.lake_path, topic, self.config.storage,
-                                  self.config.format(topic))
+                                  self.config.format(topic),
+                                  generation=self.generations.get(topic))
                 if merged.tombstones:
                     self.ledger.record_done(topic, "table", merged.merged_upto)
                 if merged.updated or merged.deleted or merged.rejected_erased:

@@ -1,11 +1,12 @@
 """Erase named keys' values from one partition of ``L/T/log``, active segment included.
 
 The cleaner erases a key's older values because a newer record of the key (its tombstone)
-is in the log. When the topic erased a key the mirror never saw a tombstone for (Kafka's
-cleaner removed it while the mirror was away, :mod:`compactor.erasure.reconcile`), nothing in
-the log supersedes the values, so they are dropped here by name: every value of a key of the
-set with an offset below a bound. Tombstones stay: the tombstone readers may not have read
-them yet, and the cleaner drops them by its own rules.
+is in the same partition. Two erasures have no such record there, so they drop values here by
+name: every value of a key of the set with an offset below a bound (one for all keys, or one
+per key). The topic erased a key the mirror never saw a tombstone for (Kafka's cleaner removed
+it while the mirror was away, :mod:`compactor.erasure.reconcile`); or the key's newer record
+is in another partition (:mod:`compactor.lake.moved_keys`). Tombstones stay: the tombstone
+readers may not have read them yet, and the cleaner drops them by its own rules.
 
 Commit protocol, per partition:
 
@@ -24,10 +25,11 @@ Nothing is visible before step 3; a crash leaves unreferenced files, which vacuu
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -80,17 +82,26 @@ def lake_keys(view: LogView, partition: int, below: int, storage: Storage,
             pc.unique(pa.concat_arrays(late)) if late else empty)
 
 
-def _doomed(batch: pa.RecordBatch, keys: pa.Array, below: int) -> np.ndarray:
+# One offset for every key, or one per key (aligned with the keys).
+Bound: TypeAlias = "int | pa.Array"
+
+
+def _doomed(batch: pa.RecordBatch, keys: pa.Array, below: Bound) -> np.ndarray:
     """Which records of a batch are values of ``keys`` below ``below``."""
-    hit = pc.and_(pc.is_in(_plain(batch.column("key")), value_set=keys),
-                  pc.less(batch.column("offset"), below))
+    batch_keys = _plain(batch.column("key"))
+    if isinstance(below, int):
+        hit = pc.and_(pc.is_in(batch_keys, value_set=keys),
+                      pc.less(batch.column("offset"), below))
+    else:  # null where the record's key is not one of the keys
+        hit = pc.less(batch.column("offset"),
+                      pc.take(below, pc.index_in(batch_keys, value_set=keys)))
     if "value" in batch.schema.names:
         hit = pc.and_(hit, pc.is_valid(batch.column("value")))
     doomed: np.ndarray = hit.fill_null(False).to_numpy(zero_copy_only=False)
     return doomed
 
 
-def _rewrite(view: LogView, partition: int, f: DataFile, keys: pa.Array, below: int,
+def _rewrite(view: LogView, partition: int, f: DataFile, keys: pa.Array, below: Bound,
              storage: Storage) -> tuple[WrittenFile | None, int, pa.Array]:
     """Step 2 for one file: (its replacement, None if no record is left; records dropped;
     their keys)."""
@@ -119,24 +130,28 @@ def _rewrite(view: LogView, partition: int, f: DataFile, keys: pa.Array, below: 
     return added, dropped, pa.concat_arrays(gone) if gone else pa.array([], pa.binary())
 
 
-def erase_keys(view: LogView, partition: int, keys: pa.Array, below: int, storage: Storage,
-               lock: threading.Lock, generation: int | None, why: str,
-               on_rewritten: Callable[[pa.Array], None] | None = None) -> KeysErased:
-    """Drop every value of ``keys`` with an offset below ``below`` from the partition (steps
-    1-3); raises :class:`~compactor.lake.commit_files.Conflict` when another writer moved the
-    partition first. ``on_rewritten`` gets the keys whose values go, after the files are written
-    and before the commit (the erasure ledger records them there)."""
+def erase_keys(view: LogView, partition: int, keys: pa.Array, below: Bound, storage: Storage,
+               lock: AbstractContextManager[Any], generation: int | None, why: str,
+               on_rewritten: Callable[[pa.Array], None] | None = None,
+               operation: str = operations.RECONCILE) -> KeysErased:
+    """Drop every value of ``keys`` (distinct) with an offset below ``below`` (one bound, or
+    one per key) from the partition (steps 1-3); raises
+    :class:`~compactor.lake.commit_files.Conflict` when another writer moved the partition
+    first. ``on_rewritten`` gets the keys whose values go, after the files are written and
+    before the commit (the erasure ledger records them there). ``lock`` is the commit lock, or
+    a null context for a caller that holds it."""
     plog = view.partitions.get(partition)
     if plog is None or len(keys) == 0:
         return KeysErased(partition, 0, pa.array([], pa.binary()), 0)
     fence = view.rewrites.get(partition, 0)
+    limit = below if isinstance(below, int) else int(pc.max(below).as_py())
     removed: list[DataFile] = []
     added: list[WrittenFile] = []
     values = 0
     gone: list[pa.Array] = []
     for seg in plog.segments:
         for f in seg.files:
-            if f.first_offset >= below:
+            if f.first_offset >= limit:
                 continue
             probe = file_batches(view.uri, f, ["key", "offset"], storage,
                                  f"{view.uri}-{partition}")
@@ -156,15 +171,17 @@ def erase_keys(view: LogView, partition: int, keys: pa.Array, below: int, storag
     if on_rewritten is not None:
         on_rewritten(erased)
     # Files of a refused commit are never referenced; vacuum removes them as orphans.
-    _commit(view, partition, fence, removed, added, generation, lock, storage,
+    bound = f"offset {below}" if isinstance(below, int) else "their newer records"
+    _commit(view, partition, fence, removed, added, generation, lock, storage, operation,
             f"{why}: {values} values of {len(erased)} keys dropped from partition "
-            f"{partition} below offset {below}")
+            f"{partition} below {bound}")
     return KeysErased(partition, values, erased, len(removed))
 
 
 def _commit(view: LogView, partition: int, fence: int, removed: list[DataFile],
-            added: list[WrittenFile], generation: int | None, lock: threading.Lock,
-            storage: Storage, summary: str) -> None:
+            added: list[WrittenFile], generation: int | None,
+            lock: AbstractContextManager[Any], storage: Storage, operation: str,
+            summary: str) -> None:
     """Step 3."""
     now_ms = int(time.time() * 1000)
 
@@ -176,5 +193,5 @@ def _commit(view: LogView, partition: int, fence: int, removed: list[DataFile],
     with lock:
         log_commit.append(follow(view.uri, storage), added,
                           [REWRITE.moved_to(fence + 1, partition, now_ms=now_ms)],
-                          operations.RECONCILE, summary, check, LOG_SCHEMA,
+                          operation, summary, check, LOG_SCHEMA,
                           LOG_PARTITION_COLUMNS, now_ms, removes=[(f, True) for f in removed])

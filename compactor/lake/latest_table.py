@@ -20,7 +20,8 @@ records of a schema that would change a column's type are left out and reported 
 decoded fields become typed columns, and a schema with new fields adds columns to the table
 in the MERGE's own commit. Before step 4, each key's newest record of the range (a value or
 a tombstone, decodable or not) deletes that key's older rows from ``L/T/rejected``
-(:func:`~compactor.lake.rejected.drop_superseded`).
+(:func:`~compactor.lake.rejected.drop_superseded`), and the older values of keys whose newest
+record is now in another partition go from the log (:mod:`compactor.lake.moved_keys`).
 
 Before step 2, rows whose record retention removed from the log go
 (:func:`drop_retained`): a row of partition P with an offset below P's log start offset (the
@@ -58,6 +59,7 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_follower import log_view
+from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
 from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
 from compactor.lake.segments import PartitionLog
@@ -84,6 +86,7 @@ class LatestStats:
     type_changes: int = 0  # records of a schema the table cannot merge (reported now)
     columns_added: tuple[str, ...] = ()
     rejected_erased: int = 0  # rows of L/T/rejected a newer record superseded
+    moved_values: int = 0  # log values whose key's newer record is in another partition
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -184,8 +187,10 @@ def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], pat
 
 
 def catch_up(lake_path: str, topic: str, storage: Storage,
-             formats: TopicFormat | None = None, now_ms: int = 0) -> LatestStats:
-    """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4)."""
+             formats: TopicFormat | None = None, now_ms: int = 0,
+             generation: int | None = None) -> LatestStats:
+    """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4), under the caller's
+    commit lock; ``generation`` is the run's writer generation of the log (fencing)."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
     if view is None:
@@ -210,6 +215,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         return LatestStats(deleted=retained)
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()
     read = records.num_rows
+    every = records
     newest = latest_per_key(records)  # every record supersedes, decodable or not
     typed = None
     if formats is not None and formats.typed and records.num_rows:
@@ -223,6 +229,10 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
             log.info("table %s: new columns from a new schema: %s", topic,
                      ", ".join(typed.added))
     erased = drop_superseded(paths.rejected, newest, storage)
+    moved = 0
+    if len(view.partitions) > 1:  # a key of one partition cannot have moved
+        rows = table_rows(table, newest.column("key").combine_chunks(), paths.table)
+        moved = drop_moved(view, moved_records(every, rows), storage, generation)
     # Decoding leaves records out, so a typed topic's MERGE source is its own reduction.
     source = newest if typed is None else latest_per_key(records)
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
@@ -253,6 +263,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         type_changes=typed.changes.num_rows if typed and typed.changes is not None else 0,
         columns_added=tuple(typed.added) if typed else (),
         rejected_erased=erased,
+        moved_values=moved,
     )
     log.info("table %s: merged %d keys (%d inserted, %d updated, %d deleted)", topic,
              stats.keys, stats.inserted, stats.updated, stats.deleted)

@@ -74,3 +74,30 @@ def test_no_key_bytes_in_the_table_delta_log(tmp_path: Path) -> None:
     log_dir = Path(topic_paths(config.lake_path, "t").table) / "_delta_log"
     for f in log_dir.iterdir():
         assert b"SECRET" not in f.read_bytes(), f.name
+
+
+def test_a_key_that_moved_partition_loses_its_older_values_in_the_old_one(
+        tmp_path: Path) -> None:
+    """The erasure promise is per key: once the key's newer record is in another partition
+    (partitions were added), its values in the old one go from the log; tombstones stay."""
+    from tests.lake import log_rows
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    append(config, "t", 1, [(0, b"k", b"secret", T0), (1, b"other", b"o", T0),
+                            (2, b"k", b"secret-2", T0 + 1)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)  # the table's row of k is in partition 1
+    append(config, "t", 0, [(0, b"k", None, T0 + 10)], now_ms=T0)  # k's tombstone, moved
+    stats = catch_up(config.lake_path, "t", config.storage)
+    assert stats.moved_values == 2
+    assert [r for r in log_rows(config, "t") if r[2] == b"k"] == [(0, 0, b"k", None, None)]
+    assert b"k" not in table_rows(config, "t") and b"other" in table_rows(config, "t")
+    # Within one range: the older record of the other partition goes, the newer stays.
+    append(config, "t", 1, [(3, b"j", b"old", T0 + 20)], now_ms=T0)
+    append(config, "t", 0, [(1, b"j", b"new", T0 + 30)], now_ms=T0)
+    assert catch_up(config.lake_path, "t", config.storage).moved_values == 1
+    assert [r[:4] for r in log_rows(config, "t") if r[2] == b"j"] == [(0, 1, b"j", b"new")]
+    # A late record older than the table's row of another partition goes at once.
+    append(config, "t", 1, [(4, b"j", b"late", T0 + 25)], now_ms=T0)
+    assert catch_up(config.lake_path, "t", config.storage).moved_values == 1
+    assert table_rows(config, "t")[b"j"] == (b"new", 0, 1)
+    assert catch_up(config.lake_path, "t", config.storage).moved_values == 0
