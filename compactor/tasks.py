@@ -19,3 +19,13 @@ def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
         members[least].append(i)
         loads[least] += sizes[i]
     return [sorted(m) for m in members if m]
+
+
+def task_count(sizes: list[int], cores: int, min_tasks: int = 0, max_size: int = 0) -> int:
+    """How many tasks share out work of ``sizes``: one per core, at least ``min_tasks``, and
+    enough that none holds more than ``max_size`` (0: no bound) when the pieces allow it;
+    never more than the pieces (a piece is not cut)."""
+    wanted = max(1, cores, min_tasks)
+    if max_size > 0:
+        wanted = max(wanted, -(-sum(sizes) // max_size))
+    return max(1, min(wanted, len(sizes)))

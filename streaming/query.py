@@ -31,7 +31,7 @@ from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import log_view
 from compactor.positions import query_checkpoint
-from compactor.tasks import balanced_groups
+from compactor.tasks import balanced_groups, task_count
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_ranges
@@ -141,8 +141,10 @@ class Mirror:
         # made a batch slow however few records it carried. Balanced by records, largest
         # first, so that no core idles while another writes a large range.
         context = self.spark.sparkContext
-        groups = [[plans[i] for i in g] for g in balanced_groups(
-            [p.end - p.start for p in plans], max(1, context.defaultParallelism))]
+        sizes = [p.end - p.start for p in plans]
+        groups = [[plans[i] for i in g] for g in balanced_groups(sizes, task_count(
+            sizes, context.defaultParallelism, self.config.min_partitions,
+            self.config.max_records_per_partition))]
         groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
         results = (
             context.parallelize(groups, len(groups))

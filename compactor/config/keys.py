@@ -134,6 +134,10 @@ PIPELINE_KEYS = _table(
     Key("checkpoint.path", "checkpoint_path", str.strip, _any, ""),
     Key("trigger.interval.ms", "trigger_interval_ms", parse_int, at_least(0), 5000),
     Key("max.offsets.per.trigger", "max_offsets_per_trigger", parse_int, at_least(0), 0),
+    # Spark's Kafka source's minPartitions and maxRecordsPerPartition for the mirror's write
+    # tasks: at least this many tasks, and no more records per task (0: the cores decide).
+    Key("min.partitions", "min_partitions", parse_int, at_least(0), 0),
+    Key("max.records.per.partition", "max_records_per_partition", parse_int, at_least(0), 0),
     Key("starting.offsets", "starting_offsets", str.strip, _any, "earliest"),
     Key("fail.on.data.loss", "fail_on_data_loss", _bool, _any, True),
     # How stale the latest-value table may get: 0 MERGEs after every micro-batch, N at most

@@ -217,6 +217,8 @@ class CompactorConfig:
     checkpoint_path: str
     trigger_interval_ms: int = default(PIPELINE_KEYS, "trigger.interval.ms")
     max_offsets_per_trigger: int = default(PIPELINE_KEYS, "max.offsets.per.trigger")
+    min_partitions: int = default(PIPELINE_KEYS, "min.partitions")
+    max_records_per_partition: int = default(PIPELINE_KEYS, "max.records.per.partition")
     starting_offsets: str = default(PIPELINE_KEYS, "starting.offsets")
     fail_on_data_loss: bool = default(PIPELINE_KEYS, "fail.on.data.loss")
     # -1: TABLE_MERGE_DEFAULT_MS within the deadline

@@ -129,3 +129,34 @@ def test_null_keys_stay_in_the_log_of_a_delete_policy_topic(
     run_once(config)
     assert log_table(config, topic).column("key").to_pylist() == [None, b"k"]
     assert rejected_table(config, topic).num_rows == 0
+
+
+def _stages(spark) -> dict[int, int]:
+    """Every stage Spark ran so far, streaming queries' included: id -> its task count."""
+    gateway = spark.sparkContext._gateway
+    stages = spark.sparkContext._jsc.sc().statusStore().stageList(
+        None, False, False, gateway.new_array(gateway.jvm.double, 0),
+        gateway.jvm.java.util.ArrayList())
+    return {s.stageId(): s.numTasks()
+            for s in gateway.jvm.scala.jdk.javaapi.CollectionConverters.asJava(stages)}
+
+
+def test_min_partitions_and_max_records_set_the_number_of_write_tasks(
+        spark, broker, topic_factory, lake_config) -> None:
+    """Spark's minPartitions and maxRecordsPerPartition for the mirror: more, smaller tasks
+    than one per core, the records still exactly once."""
+    runs = {}
+    for option, value in (("min_partitions", "7"), ("max_records_per_partition", "15"),
+                          (None, None)):
+        topic = topic_factory(7, {"cleanup.policy": "delete"})
+        produce(broker.bootstrap_servers, topic,
+                [Record(b"k%d" % i, b"v%d" % i, i % 7, BASE_MS + i) for i in range(70)])
+        config = lake_config(topic, **({option: value} if option else {}))
+        before = _stages(spark)
+        summary = run_once(config)
+        assert summary.ingest.records == 70 and log_table(config, topic).num_rows == 70
+        runs[option] = {n for i, n in _stages(spark).items() if i not in before}
+    cores = spark.sparkContext.defaultParallelism
+    assert 7 in runs["min_partitions"]
+    assert 5 in runs["max_records_per_partition"]  # 70 records / 15, rounded up
+    assert max(runs[None]) == cores  # one task per core by default
