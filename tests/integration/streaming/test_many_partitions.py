@@ -1,0 +1,76 @@
+"""A topic of 200 partitions on Apache Kafka: every record once, at its offset, after a kill.
+
+``compactor run`` (a real process) mirrors a 200-partition topic in micro-batches of a few
+thousand records, each written by one task per core over many partitions, and is killed with
+SIGKILL while a batch's files are written but not committed. A new run must leave every
+partition holding each of its records exactly once, at the offset Kafka gave it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from compactor.demo.workload import Record, produce
+from tests.conftest import overrides_for, wait_until
+from tests.integration.test_faults import committed, in_flight
+
+PARTITIONS = 200
+
+
+def _records(round_: int, per_partition: int) -> list[Record]:
+    return [Record(b"k%d-%d" % (p, i % 7), b"r%d-p%d-%d" % (round_, p, i), p)
+            for i in range(per_partition) for p in range(PARTITIONS)]
+
+
+def test_a_kill_mid_batch_over_200_partitions_loses_and_repeats_nothing(
+        kafka: Any, kafka_topic: Any, tmp_path: Path) -> None:
+    servers = kafka.bootstrap_servers
+    topic = kafka_topic(PARTITIONS, {"cleanup.policy": "delete"})
+    sent = _records(0, 40)
+    produce(servers, topic, sent)
+    conf = tmp_path / "c.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {
+        "bootstrap.servers": servers, "topics": topic, "lake.path": str(tmp_path / "lake"),
+        "checkpoint.path": str(tmp_path / "ck"), "trigger.interval.ms": "200",
+        "max.offsets.per.trigger": "1500", "spark.master": "local[2]",
+        "spark.ui.enabled": "false", **overrides_for(topic)}.items()))
+    log_dir = tmp_path / "lake" / topic / "log"
+    errors = tmp_path / "run.stderr"
+    with errors.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config",
+                                 str(conf)], stdout=subprocess.DEVNULL, stderr=sink)
+    caught = False
+    try:
+        wait_until(lambda: proc.poll() is not None or committed(log_dir), 180,
+                   "the first ingest commit")
+        assert proc.poll() is None, errors.read_text()[-3000:]
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and not caught:
+            caught = in_flight(log_dir)
+            time.sleep(0.002)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert caught, "no batch was caught between its files and its commit"
+    more = _records(1, 5)
+    produce(servers, topic, more)
+
+    done = subprocess.run([sys.executable, "-m", "compactor.cli", "run", "--once", "--config",
+                           str(conf)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    rows = DeltaTable(str(log_dir)).to_pyarrow_table(columns=["partition", "offset", "value"])
+    assert rows.num_rows == len(sent) + len(more)
+    for p in range(PARTITIONS):
+        mine = rows.filter(pc.equal(rows.column("partition"), p)).sort_by("offset")
+        expected = [r.value for r in sent + more if r.partition == p]
+        assert mine.column("offset").to_pylist() == list(range(len(expected))), p
+        assert mine.column("value").to_pylist() == expected, p
