@@ -182,6 +182,12 @@ class Mirror:
                  sum(s.rejected for s in stats.values()),
                  sum(s.files for s in stats.values()), took, merge_s,
                  extra={"batch_id": batch_id, "steps": steps})
+        for topic, s in sorted(stats.items()):
+            if s.rejected:  # a typo in a schema can send every record here: say so loudly
+                kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(s.rejections.counts.items()))
+                log.warning("%s: %d record(s) of batch %d went to %s (%s); first: %s", topic,
+                            s.rejected, batch_id, topic_paths(self.config.lake_path, topic)
+                            .rejected, kinds, s.rejections.first)
         self.totals.add(stats, took, merge_s)
         for listener in self.listeners:
             listener(batch_id, stats)

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from compactor.formats.exceptions import SchemaRegistryUnavailableError
+from compactor.formats.json_values import Mismatch, conform
 from compactor.formats.protobuf import ProtobufReader, message_to_arrow
 from compactor.formats.spec import RecordFormat
 from compactor.formats.types import (
@@ -193,6 +194,12 @@ class Decoder:
         if not isinstance(doc, dict):
             return None, None, None, (f"a JSON {type(doc).__name__}, but the declared schema "
                                       f"({self.side}.schema) is a record")
+        if self._declared is not None:
+            try:
+                doc = conform(doc, self._declared)
+            except Mismatch as exc:
+                return None, None, None, (f"does not match the declared schema "
+                                          f"({self.side}.schema): {exc}")
         return None, None, doc, None
 
     def _type_of(self, writer: Hashable) -> pa.DataType:

@@ -37,7 +37,14 @@ from deltalake import DeltaTable
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
-from compactor.ingest.rejected import HEADERS_REASON, NULL_KEY_REASON, RecordChecker
+from compactor.ingest.rejected import (
+    HEADERS_REASON,
+    NULL_KEY,
+    NULL_KEY_REASON,
+    RecordChecker,
+    Rejections,
+    rejection_kind,
+)
 from compactor.lake import fencing, log_commit, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
@@ -90,6 +97,7 @@ class RangeResult:
     # The tombstones the log files hold, for the readers after the commit (they need not
     # decode the values again); None where the task kept none (another writer's task).
     tombstones: WrittenTombstones | None = None
+    rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
 
 
 class _SegmentBuffer:
@@ -109,6 +117,20 @@ def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> Written
         buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
         storage=plan.storage,
     )
+
+
+def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
+    """How many records went to ``rejected`` per kind, and the first reason."""
+    counts: dict[str, int] = {}
+    first = None
+    for table in tables:
+        reasons = table.column("reason").to_pylist()
+        for reason in reasons:
+            kind = rejection_kind(reason)
+            counts[kind] = counts.get(kind, 0) + 1
+        if first is None and reasons:
+            first = f"partition {partition} offset {table.column('offset')[0]}: {reasons[0]}"
+    return Rejections(counts, first)
 
 
 def _rejected_file(plan: PartitionPlan, tables: list[pa.Table]) -> WrittenFile:
@@ -183,7 +205,8 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
     rows = (pa.Table.from_batches(tombstones) if tombstones
             else LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS))
     return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files),
-                       WrittenTombstones(committed, plan.end - 1, rows))
+                       WrittenTombstones(committed, plan.end - 1, rows),
+                       _rejections(plan.partition, rejected))
 
 
 LogStarts = Callable[[list[tuple[str, int]]], Mapping[tuple[str, int], int]]
@@ -350,6 +373,13 @@ class BatchStats:
     files: int
     partitions: int
     next_offsets: Mapping[int, int] = field(default_factory=dict)  # partition -> next offset
+    rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
+
+    @property
+    def read(self) -> int:
+        """Records read from Kafka: the log's, and those only ``rejected`` holds (null keys);
+        an undecodable record is in both and counts once."""
+        return self.records + self.rejections.counts.get(NULL_KEY, 0)
 
 
 @dataclass
@@ -411,6 +441,7 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
             files=len(log_files),
             partitions=len(mine),
             next_offsets={r.partition: r.last_offset + 1 for r in mine},
+            rejections=Rejections.combined([r.rejections for r in mine]),
         )
     return stats
 

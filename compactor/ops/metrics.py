@@ -85,6 +85,10 @@ class Metrics:
                                ["topic"], registry=r)
         self.bytes = Counter("compactor_bytes_ingested", "Record bytes mirrored (key, value, "
                              "headers).", ["topic"], registry=r)
+        self.rejected = Counter(
+            "compactor_records_rejected", "Records written to L/T/rejected, by kind: null_key "
+            "(kept out of the log), undecodable (in the log, not in the latest-value table), "
+            "headers (in the log with null headers).", ["topic", "reason"], registry=r)
         self.lag = gauge("consumer_lag", "Broker end offset minus the mirrored offset.",
                          ("topic", "partition"))
         self.erasure_backlog = gauge("erasure_backlog", "Tombstones some target has not "
@@ -171,6 +175,8 @@ class Metrics:
         for topic, s in stats.items():
             self.records.labels(topic).inc(s.records)
             self.bytes.labels(topic).inc(s.record_bytes)
+            for kind, n in s.rejections.counts.items():
+                self.rejected.labels(topic, kind).inc(n)
             self.last_ingest.labels(topic).set(now)
             self._last_ingest_s[topic] = now
 

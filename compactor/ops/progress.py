@@ -51,7 +51,7 @@ class IngestProgress:
         now = self._clock()
         for topic, s in stats.items():
             self._topics.add(topic)
-            self._records[topic] = self._records.get(topic, 0) + s.records + s.rejected
+            self._records[topic] = self._records.get(topic, 0) + s.read
             for partition, offset in s.next_offsets.items():
                 self._next[(topic, partition)] = offset
         if now - self._last_log < self._every_s:

@@ -6,6 +6,7 @@ on the broker are what a Confluent producer writes.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
@@ -127,6 +128,40 @@ def test_json_with_a_declared_schema(broker, topic_factory, lake_config) -> None
     reasons = {r["key"]: r["reason"] for r in rejected_table(config, topic).to_pylist()}
     assert reasons[b"b"].startswith("value: does not match the declared schema")
     assert reasons[b"c"].startswith("value: not valid JSON")
+
+
+@pytest.mark.usefixtures("spark")
+def test_json_times_as_spark_reads_them_and_rejections_said_loudly(
+        broker, topic_factory, lake_config, caplog) -> None:
+    """ISO-8601 strings and epoch seconds fill TIMESTAMP and DATE columns, as Spark's JSON
+    reader fills them; a record that still does not fit is named, with its field's path, in
+    a WARN line of its batch, and counted by kind."""
+    import logging
+
+    from compactor.ops.metrics import Metrics
+
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [
+        Record(b"a", b'{"updated_at": "2024-05-01T12:00:00Z", "day": "2024-05-01"}', 0),
+        Record(b"b", b'{"updated_at": 1714564800, "day": "2024-05-01T23:30:00-02:00"}', 0),
+        Record(b"c", b'{"updated_at": "yesterday"}', 0),
+    ])
+    config = lake_config(topic, log_cleaner_enable="false", key_format="string",
+                         value_format="json", value_schema="updated_at TIMESTAMP, day DATE")
+    metrics = Metrics(config)
+    with caplog.at_level(logging.WARNING, logger="streaming.query"):
+        Service(config).run(once=True, on_batch=metrics.on_batch)
+    table = _table(config, topic)
+    assert sorted(table) == [b"a", b"b"]
+    noon = dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC)
+    assert (table[b"a"]["updated_at"], table[b"a"]["day"]) == (noon, dt.date(2024, 5, 1))
+    assert (table[b"b"]["updated_at"], table[b"b"]["day"]) == (noon, dt.date(2024, 5, 2))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("1 record(s) of batch" in w and "(1 undecodable)" in w and
+               'updated_at: expected TIMESTAMP, found the string "yesterday"' in w
+               for w in warned), warned
+    assert metrics.registry.get_sample_value(
+        "compactor_records_rejected_total", {"topic": topic, "reason": "undecodable"}) == 1
 
 
 @pytest.mark.usefixtures("spark")
