@@ -102,6 +102,8 @@ class Mirror:
         self.commit_lock = commit_lock or threading.Lock()
         self.totals = IngestTotals()
         self.listeners: list[Callable[[int, Mapping[str, BatchStats]], None]] = []
+        # (step, seconds) of each micro-batch (batch, commit) and table MERGE (merge).
+        self.timings: list[Callable[[str, float], None]] = []
         self.table_hooks: list[Callable[[str], None]] = []  # a MERGE removed table files
         self.readers = TombstoneReaders(config)
         self.ledger = self.readers.ledger
@@ -189,6 +191,9 @@ class Mirror:
                             s.rejected, batch_id, topic_paths(self.config.lake_path, topic)
                             .rejected, kinds, s.rejections.first)
         self.totals.add(stats, took, merge_s)
+        for timing in self.timings:
+            timing("batch", took)
+            timing("commit", committed - locked)
         for listener in self.listeners:
             listener(batch_id, stats)
 
@@ -213,9 +218,12 @@ class Mirror:
             return
         with self.commit_lock:
             for topic in due:
+                merge_started = time.monotonic()
                 merged = catch_up(self.config.lake_path, topic, self.config.storage,
                                   self.config.format(topic),
                                   generation=self.generations.get(topic))
+                for timing in self.timings:
+                    timing("merge", time.monotonic() - merge_started)
                 if merged.tombstones:
                     self.ledger.record_done(topic, "table", merged.merged_upto)
                 if merged.updated or merged.deleted or merged.rejected_erased:

@@ -171,6 +171,7 @@ class Service:
 
             metrics = Metrics(self.config, self.config.metrics_port, mirror.ledger)
             mirror.listeners.append(metrics.on_batch)
+            mirror.timings.append(metrics.on_timing)
             gap.listeners.append(metrics.on_reconcile)
             log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
                      self.config.metrics_port)

@@ -18,7 +18,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from compactor.cli import audit_erasure, clean, demo, describe_config, read, run, status
+from compactor.cli import (
+    audit_erasure,
+    clean,
+    demo,
+    describe_config,
+    read,
+    rebuild_table,
+    run,
+    status,
+)
 from compactor.exceptions import CompactorError, one_line
 from compactor.ops.metrics import installed_version
 
@@ -48,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="verbosity of the logs on stderr (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    for verb in (run, clean, status, describe_config, audit_erasure, read, demo):
+    for verb in (run, clean, status, describe_config, audit_erasure, read, rebuild_table, demo):
         verb.add_parser(sub)
     for verb_parser in sub.choices.values():  # global flags after the verb too
         verb_parser.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS,

@@ -1,4 +1,4 @@
-"""What goes to ``L/T/rejected`` at ingest: null keys of compacted topics, undecodable records.
+"""Undecodable records at ingest: what goes to ``L/T/rejected`` beside the log.
 
 A null key cannot enter a compacted log, so such a record goes to ``rejected`` *instead of*
 the log. An undecodable record (a topic with ``key.format`` / ``value.format`` other than
@@ -11,51 +11,11 @@ never decoded: a delete needs only the key's bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-
 import pyarrow as pa
 
 from compactor.formats import TopicFormat
 from compactor.formats.records import decode_records, decoders_for, first_failures
 from compactor.lake.rejected import rejected_rows
-
-NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
-HEADERS_REASON = ("headers unreadable (a header key that is not UTF-8): the record is in the "
-                  "log with null headers")
-
-# The kinds of rejection, the ``reason`` label of compactor_records_rejected_total.
-NULL_KEY = "null_key"  # kept out of the log
-HEADERS = "headers"  # in the log, headers null
-UNDECODABLE = "undecodable"  # in the log, not in the latest-value table
-TYPE_CHANGE = "type_change"  # a schema the table's columns cannot take (reported at MERGE)
-
-
-def rejection_kind(reason: str) -> str:
-    """The kind of a ``rejected`` row's reason."""
-    if reason == NULL_KEY_REASON:
-        return NULL_KEY
-    if reason == HEADERS_REASON:
-        return HEADERS
-    return UNDECODABLE
-
-
-@dataclass(frozen=True)
-class Rejections:
-    """What one range (or batch) sent to ``rejected``: records per kind, the first reason."""
-
-    counts: Mapping[str, int]
-    first: str | None  # "partition P offset O: reason"
-
-    @classmethod
-    def combined(cls, parts: Iterable[Rejections]) -> Rejections:
-        counts: dict[str, int] = {}
-        first = None
-        for part in parts:
-            for kind, n in part.counts.items():
-                counts[kind] = counts.get(kind, 0) + n
-            first = first or part.first
-        return cls(counts, first)
 
 
 class RecordChecker:

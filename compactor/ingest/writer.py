@@ -37,14 +37,7 @@ from deltalake import DeltaTable
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
-from compactor.ingest.rejected import (
-    HEADERS_REASON,
-    NULL_KEY,
-    NULL_KEY_REASON,
-    RecordChecker,
-    Rejections,
-    rejection_kind,
-)
+from compactor.ingest.rejected import RecordChecker
 from compactor.lake import fencing, log_commit, operations
 from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
 from compactor.lake.layout import (
@@ -57,7 +50,14 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_follower import LogView, follow, log_view
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
-from compactor.lake.rejected import rejected_rows
+from compactor.lake.rejected import (
+    HEADERS_REASON,
+    NULL_KEY,
+    NULL_KEY_REASON,
+    Rejections,
+    rejected_rows,
+    rejection_kind,
+)
 from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
 from compactor.lake.storage import Storage, failure
 from compactor.positions import INGEST, WRITER

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,9 +188,12 @@ def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], pat
 
 def catch_up(lake_path: str, topic: str, storage: Storage,
              formats: TopicFormat | None = None, now_ms: int = 0,
-             generation: int | None = None) -> LatestStats:
+             generation: int | None = None, partitions: Collection[int] | None = None,
+             max_records: int = 0) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4), under the caller's
-    commit lock; ``generation`` is the run's writer generation of the log (fencing)."""
+    commit lock; ``generation`` is the run's writer generation of the log (fencing).
+    ``partitions`` and ``max_records`` (offsets per partition, 0: all) bound one call's
+    work: a rebuild catches up in steps of bounded memory."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
     if view is None:
@@ -202,13 +205,16 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
     for partition, plog in view.partitions.items():
+        if partitions is not None and partition not in partitions:
+            continue
         merged = TABLE.read(table, partition)
         lo = merged if merged is not None else -1
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
-        ranges[partition] = (lo, plog.committed_offset)
-        rows = read_offsets(view.uri, plog, lo, plog.committed_offset, columns,
-                            storage)
+        hi = plog.committed_offset if max_records <= 0 else min(plog.committed_offset,
+                                                               lo + max_records)
+        ranges[partition] = (lo, hi)
+        rows = read_offsets(view.uri, plog, lo, hi, columns, storage)
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:
@@ -236,19 +242,23 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     # Decoding leaves records out, so a typed topic's MERGE source is its own reduction.
     source = newest if typed is None else latest_per_key(records)
     txns = [TABLE.moved_to(hi, p) for p, (_, hi) in ranges.items()]
+    props = operations.properties(operations.MERGE_LATEST,
+                                  f"latest values of {topic} up to the log", txns)
     try:
+        target = storage.table(paths.table)
+        before = target.version()
         metrics = (
-            storage.table(paths.table).merge(
-                source, predicate="t.key = s.key", source_alias="s", target_alias="t",
-                merge_schema=bool(typed and typed.added),
-                commit_properties=operations.properties(
-                    operations.MERGE_LATEST, f"latest values of {topic} up to the log", txns),
-            )
+            target.merge(source, predicate="t.key = s.key", source_alias="s",
+                         target_alias="t", merge_schema=bool(typed and typed.added),
+                         commit_properties=props)
             .when_matched_delete(predicate=f"s.value IS NULL AND {_NEWER}")
             .when_matched_update_all(predicate=f"s.value IS NOT NULL AND {_NEWER}")
             .when_not_matched_insert_all(predicate="s.value IS NOT NULL")
             .execute()
         )
+        if target.version() == before:  # a MERGE that changed no row commits nothing
+            target.create_write_transaction([], "append", target.schema(),
+                                            commit_properties=props)
     except Exception as exc:
         raise LakeError(f"MERGE into {paths.table} failed: {failure(paths.table, exc)}") \
             from exc

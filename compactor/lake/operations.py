@@ -32,6 +32,7 @@ ERASE_DOWNSTREAM = "ERASE DOWNSTREAM"  # tombstoned keys deleted from a downstre
 RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to the ledger
 COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as few, no event changed
 RECONCILE = "RECONCILE"  # values of keys the topic erased while the mirror could not see it
+REBUILD_TABLE = "REBUILD TABLE"  # the latest-value table made again from the log
 MOVED_KEYS = "ERASE MOVED KEYS"  # values whose key's newer record is in another partition
 CAUGHT_UP = "CAUGHT UP"  # only the time the log last held all the broker had moved
 PRUNE_LEDGER = "PRUNE LEDGER"  # erasures finished longer ago than the ledger's retention removed

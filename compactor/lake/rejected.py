@@ -10,6 +10,9 @@ erasure deadline), and vacuum deletes the removed files.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -20,6 +23,47 @@ from compactor.lake import operations
 from compactor.lake.layout import REJECTED_SCHEMA, open_table
 from compactor.lake.storage import Storage, failure
 from compactor.positions import TYPED
+
+NULL_KEY_REASON = "null key on a compacted topic (cleanup.policy contains compact)"
+HEADERS_REASON = ("headers unreadable (a header key that is not UTF-8): the record is in the "
+                  "log with null headers")
+
+# The kinds of rejection, the ``reason`` label of compactor_records_rejected_total.
+NULL_KEY = "null_key"  # kept out of the log
+HEADERS = "headers"  # in the log, headers null
+UNDECODABLE = "undecodable"  # in the log, not in the latest-value table
+TYPE_CHANGE = "type_change"  # a schema the table's columns cannot take (reported at MERGE)
+TYPE_CHANGE_WORDS = "a type change cannot be merged"  # in every type change's reason
+
+
+def rejection_kind(reason: str) -> str:
+    """The kind of a ``rejected`` row's reason."""
+    if reason == NULL_KEY_REASON:
+        return NULL_KEY
+    if reason == HEADERS_REASON:
+        return HEADERS
+    if TYPE_CHANGE_WORDS in reason:
+        return TYPE_CHANGE
+    return UNDECODABLE
+
+
+@dataclass(frozen=True)
+class Rejections:
+    """What one range (or batch) sent to ``rejected``: records per kind, the first reason."""
+
+    counts: Mapping[str, int]
+    first: str | None  # "partition P offset O: reason"
+
+    @classmethod
+    def combined(cls, parts: Iterable[Rejections]) -> Rejections:
+        counts: dict[str, int] = {}
+        first = None
+        for part in parts:
+            for kind, n in part.counts.items():
+                counts[kind] = counts.get(kind, 0) + n
+            first = first or part.first
+        return cls(counts, first)
+
 
 
 def rejected_rows(batch: pa.RecordBatch | pa.Table, reasons: list[str | None] | str,

@@ -1,10 +1,16 @@
-"""Prometheus metrics of ``compactor run`` on ``metrics.port``, with Kafka's names snake_cased.
+"""Prometheus metrics of ``compactor run`` on ``metrics.port``, named by Prometheus' rules.
 
-Cleaner gauges (Kafka's LogCleaner / LogCleanerManager): max_compaction_delay_secs,
-max_dirty_percent, cleaner_recopy_percent, max_clean_time_secs, max_buffer_utilization_percent,
-uncleanable_partitions_count, uncleanable_bytes. Plus records and bytes ingested, consumer lag
-per partition, and per topic the erasure backlog, its oldest age and missed deadlines. All are
-prefixed ``compactor_``. Figures come from the same state as ``compactor status``.
+Cleaner gauges (Kafka's LogCleaner / LogCleanerManager, in base units): max_compaction_delay_
+seconds, max_dirty_ratio, cleaner_recopy_ratio, max_clean_time_seconds,
+max_buffer_utilization_ratio, uncleanable_partitions, uncleanable_bytes. Plus records and bytes
+ingested, records rejected, consumer lag per partition, per topic the erasure backlog, its
+oldest age and missed deadlines, and duration histograms of the micro-batch, its commit, the
+cleaning pass and the latest-value MERGE. All are prefixed ``compactor_``; counters have no
+``_created`` series. Figures come from the same state as ``compactor status``.
+
+The names before this release (``_secs``, ``_percent`` in 0-100, ``uncleanable_partitions_
+count``) are still exported, with the same values in their old units, as deprecated aliases
+for one release (:class:`_Aliased`).
 
 For on-call: the process and Python collectors (``process_*``, ``python_*``),
 ``compactor_build_info``, per topic the time of the last ingest and cleaning commit of this
@@ -24,9 +30,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     GCCollector,
+    Histogram,
     Info,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 from compactor.cleaner.maintenance import PassReport
@@ -54,6 +62,25 @@ def readiness_bound_s(config: CompactorConfig) -> float:
     return max(60.0, 10 * config.trigger_interval_ms / 1000)
 
 
+# Seconds: a micro-batch or MERGE of a few ms up to a slow pass of minutes.
+_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class _Aliased:
+    """A gauge under its name, and under its name before this release (deprecated) in the
+    old unit: ``scale`` times the value (100 for a ratio once given in percent)."""
+
+    def __init__(self, gauge: Gauge, old: Gauge, scale: float = 1.0) -> None:
+        self._gauge, self._old, self._scale = gauge, old, scale
+
+    def set(self, value: float) -> None:
+        self._gauge.set(value)
+        self._old.set(value * self._scale)
+
+    def labels(self, *values: str) -> _Aliased:
+        return _Aliased(self._gauge.labels(*values), self._old.labels(*values), self._scale)
+
+
 class Metrics:
     """The service's metrics; ``port`` 0 registers them without serving them."""
 
@@ -65,20 +92,42 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
 
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
+
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(f"compactor_{name}", doc, labels, registry=r)
 
-        self.max_compaction_delay = gauge(
-            "max_compaction_delay_secs", "Longest time a partition is overdue for cleaning "
-            "under max.compaction.lag.ms (KIP-354).")
-        self.max_dirty_percent = gauge("max_dirty_percent", "Highest dirty ratio, in percent.")
-        self.recopy_percent = gauge(
-            "cleaner_recopy_percent", "Bytes written / bytes read by the last pass, in percent.")
-        self.max_clean_time = gauge("max_clean_time_secs", "Longest partition clean last pass.")
-        self.buffer_utilization = gauge(
-            "max_buffer_utilization_percent", "Fullest offset map of the last pass, in percent.")
-        self.uncleanable_count = gauge(
-            "uncleanable_partitions_count", "Partitions whose cleaning failed.")
+        def renamed(name: str, old: str, doc: str, scale: float = 1.0,
+                    labels: tuple[str, ...] = ()) -> _Aliased:
+            return _Aliased(gauge(name, doc, labels),
+                            gauge(old, f"Deprecated: compactor_{name}" + (
+                                f" x {scale:g}" if scale != 1 else "") + ".", labels), scale)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(f"compactor_{name}", doc, registry=r, buckets=_DURATION_BUCKETS)
+
+        self.max_compaction_delay = renamed(
+            "max_compaction_delay_seconds", "max_compaction_delay_secs", "Longest time a "
+            "partition is overdue for cleaning under max.compaction.lag.ms (KIP-354).")
+        self.max_dirty_ratio = renamed("max_dirty_ratio", "max_dirty_percent",
+                                       "Highest dirty ratio (0-1).", 100)
+        self.recopy_ratio = renamed("cleaner_recopy_ratio", "cleaner_recopy_percent",
+                                    "Bytes written / bytes read by the last pass (0-1).", 100)
+        self.max_clean_time = renamed("max_clean_time_seconds", "max_clean_time_secs",
+                                      "Longest partition clean of the last pass.")
+        self.buffer_utilization = renamed(
+            "max_buffer_utilization_ratio", "max_buffer_utilization_percent",
+            "Fullest offset map of the last pass (0-1).", 100)
+        self.uncleanable_partitions = renamed(
+            "uncleanable_partitions", "uncleanable_partitions_count",
+            "Partitions whose cleaning failed.")
+        self.batch_seconds = histogram("micro_batch_duration_seconds",
+                                       "Micro-batches, from planning to their last step.")
+        self.commit_seconds = histogram("ingest_commit_duration_seconds",
+                                        "A micro-batch's lake commits (all its topics).")
+        self.pass_seconds = histogram("cleaning_pass_duration_seconds", "Cleaning passes.")
+        self.merge_seconds = histogram("table_merge_duration_seconds",
+                                       "Latest-value table catch-ups (one topic's MERGE).")
         self.uncleanable_bytes = gauge(
             "uncleanable_bytes", "Dirty bytes of the partitions whose cleaning failed.")
         self.records = Counter("compactor_records_ingested", "Records mirrored into the lake.",
@@ -93,8 +142,9 @@ class Metrics:
                          ("topic", "partition"))
         self.erasure_backlog = gauge("erasure_backlog", "Tombstones some target has not "
                                      "erased yet.", ("topic",))
-        self.erasure_oldest = gauge("erasure_oldest_pending_age_secs", "Age of the oldest "
-                                    "pending erasure.", ("topic",))
+        self.erasure_oldest = renamed("erasure_oldest_pending_age_seconds",
+                                      "erasure_oldest_pending_age_secs",
+                                      "Age of the oldest pending erasure.", labels=("topic",))
         self.erasure_missed = gauge("erasure_missed_deadlines", "Erasures past their deadline "
                                     "or finished after it.", ("topic",))
         self.best_effort = gauge(
@@ -180,6 +230,11 @@ class Metrics:
             self.last_ingest.labels(topic).set(now)
             self._last_ingest_s[topic] = now
 
+    def on_timing(self, step: str, seconds: float) -> None:
+        """A duration the mirror measured: ``batch``, ``commit`` or ``merge``."""
+        {"batch": self.batch_seconds, "commit": self.commit_seconds,
+         "merge": self.merge_seconds}[step].observe(seconds)
+
     def on_reconcile(self, result: Reconciled) -> None:
         self.reconciliations.labels(result.topic).inc()
         self.reconciled_keys.labels(result.topic).inc(result.keys)
@@ -188,12 +243,12 @@ class Metrics:
         results = [o.result for o in report.outcomes if o.result is not None]
         read = sum(r.stats.bytes_read for r in results)
         if read:
-            self.recopy_percent.set(100.0 * sum(r.stats.bytes_written for r in results) / read)
+            self.recopy_ratio.set(sum(r.stats.bytes_written for r in results) / read)
         if results:
             self.max_clean_time.set(max(r.stats.seconds for r in results))
-            self.buffer_utilization.set(100.0 * max(r.stats.buffer_utilization
-                                                    for r in results))
-        self.uncleanable_count.set(len(uncleanable))
+            self.buffer_utilization.set(max(r.stats.buffer_utilization for r in results))
+        self.uncleanable_partitions.set(len(uncleanable))
+        self.pass_seconds.observe(report.seconds)
         for topic in {o.topic for o in report.outcomes if o.committed}:
             self.last_cleaning.labels(topic).set(time.time())
         self.refresh(uncleanable)
@@ -208,7 +263,7 @@ class Metrics:
         partitions = [p for t in topics for p in t.partitions]
         self.max_compaction_delay.set(
             max((p.max_compaction_delay_ms for p in partitions), default=0) / 1000)
-        self.max_dirty_percent.set(100.0 * max((p.dirty_ratio for p in partitions), default=0))
+        self.max_dirty_ratio.set(max((p.dirty_ratio for p in partitions), default=0))
         self.uncleanable_bytes.set(sum(p.dirty_bytes for p in partitions
                                        if (p.topic, p.partition) in (uncleanable or {})))
         lags = [p.lag for p in partitions if p.lag is not None]

@@ -75,7 +75,7 @@ def test_a_record_whose_headers_cannot_be_read_is_mirrored_and_reported(
         broker, topic_factory, lake_config) -> None:
     """One record must not stop the mirror: its key, value and offset go to the log with null
     headers (a tombstone still erases), and L/T/rejected says why."""
-    from compactor.ingest.rejected import HEADERS_REASON
+    from compactor.lake.rejected import HEADERS_REASON
     from tests.integration.helpers import rejected_table
 
     topic = topic_factory(1, {"cleanup.policy": "compact"})

@@ -101,3 +101,14 @@ def test_a_key_that_moved_partition_loses_its_older_values_in_the_old_one(
     assert catch_up(config.lake_path, "t", config.storage).moved_values == 1
     assert table_rows(config, "t")[b"j"] == (b"new", 0, 1)
     assert catch_up(config.lake_path, "t", config.storage).moved_values == 0
+
+
+def test_a_range_that_changes_no_row_still_moves_the_position(tmp_path: Path) -> None:
+    """A MERGE that changes nothing (tombstones of keys the table lacks) commits nothing in
+    delta-rs; the position must move all the same, or the range is read again each time."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    append(config, "t", 0, [(0, b"never-seen", None, T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    path = topic_paths(config.lake_path, "t").table
+    assert DeltaTable(path).transaction_version("compactor-table-0") == 0
+    assert catch_up(config.lake_path, "t", config.storage).records == 0

@@ -46,10 +46,19 @@ def test_metrics_are_served_while_the_mirror_runs(broker, topic_factory, tmp_pat
             return text if all(s in text for s in (ingested, backlog, caught_up)) else ""
 
         text = wait_until(ready, 120, "the ingest counter, erasure backlog and a lag of 0")
-        for name in ("max_compaction_delay_secs", "max_dirty_percent", "cleaner_recopy_percent",
-                     "max_clean_time_secs", "max_buffer_utilization_percent",
-                     "uncleanable_partitions_count", "uncleanable_bytes"):
+        for name in ("max_compaction_delay_seconds", "max_dirty_ratio", "cleaner_recopy_ratio",
+                     "max_clean_time_seconds", "max_buffer_utilization_ratio",
+                     "uncleanable_partitions", "uncleanable_bytes",
+                     # the names before, kept one release as deprecated aliases
+                     "max_compaction_delay_secs", "max_dirty_percent",
+                     "uncleanable_partitions_count"):
             assert f"compactor_{name} " in text, name
+        # Prometheus' conventions: base units, no _created series of our counters, and
+        # duration histograms of the micro-batch, its commit, the pass and the MERGE.
+        assert "compactor_records_ingested_created" not in text
+        for name in ("micro_batch", "ingest_commit", "cleaning_pass", "table_merge"):
+            assert f"compactor_{name}_duration_seconds_count " in text, name
+        assert "compactor_micro_batch_duration_seconds_count 0.0" not in text
         # What an on-call engineer expects beside Kafka's names.
         assert f'compactor_last_ingest_commit_timestamp_seconds{{topic="{topic}"}} ' in text
         assert f'compactor_erasure_deadlines_missed_total{{topic="{topic}"}} 0.0' in text
@@ -97,8 +106,10 @@ def test_refreshing_reads_only_what_was_committed_since_the_last_refresh(
         want = topics[0].erasure.pending
         assert metrics.registry.get_sample_value(
             "compactor_erasure_backlog", {"topic": topic}) == want
-        assert metrics.registry.get_sample_value("compactor_max_dirty_percent") == 100.0 * max(
-            p.dirty_ratio for p in topics[0].partitions)
+        dirtiest = max(p.dirty_ratio for p in topics[0].partitions)
+        assert metrics.registry.get_sample_value("compactor_max_dirty_ratio") == dirtiest
+        assert metrics.registry.get_sample_value("compactor_max_dirty_percent") == pytest.approx(
+            100.0 * dirtiest)
     assert want == 12  # the table target has finished nothing
     assert follow(topic_paths(config.lake_path, topic).log, config.storage).full_loads == 1
     assert metrics._ledger._backlogs[topic].full_loads == 1
