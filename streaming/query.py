@@ -113,6 +113,7 @@ class Mirror:
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
         self.incarnations: Incarnations | None = None  # the topic ids this run mirrors
         self.batch_ranges: BatchRanges | None = None  # each batch's ranges, from start()
+        self.warming: threading.Thread | None = None  # the warm-up job of start()
         self._offsets: OffsetReader | None = None  # the broker's log starts, for plans
         # Partitions whose rejected position this run has read (plan_ranges' ``caught_up``).
         self._rejected_read: set[tuple[str, int]] = set()
@@ -281,4 +282,11 @@ class Mirror:
             except Exception as exc:  # only a head start: the first batch forks them anyway
                 log.debug("warming up the Python workers failed: %s", exc)
 
-        threading.Thread(target=run, name="warm-python-workers", daemon=True).start()
+        self.warming = threading.Thread(target=run, name="warm-python-workers", daemon=True)
+        self.warming.start()
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait for the warm-up job: a session stopped under it kills its workers, which
+        Spark logs as two ERROR lines of crashed workers after a run that succeeded."""
+        if self.warming is not None:
+            self.warming.join(timeout_s)

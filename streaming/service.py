@@ -125,6 +125,7 @@ class Service:
         finally:
             if query.isActive:
                 query.stop()
+            run.mirror.settle()
             if run.group is not None:
                 run.group.close()
         run.summary.seconds = time.monotonic() - started

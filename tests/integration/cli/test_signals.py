@@ -117,3 +117,39 @@ def test_python_workers_run_with_a_safe_path(spark) -> None:
 
     safe, path = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
     assert safe and "" not in path
+
+
+def test_a_run_with_nothing_to_mirror_prints_nothing_at_error(broker, topic_factory,
+                                                               tmp_path) -> None:
+    """``run --once`` on an empty topic ends before its Python workers are warm; stopping the
+    session under them made Spark log two crashed workers at ERROR after a run that
+    succeeded."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
+    conf = _config(tmp_path, broker, topic)
+    for _ in range(3):  # the first run mirrors the record; the others find nothing new
+        done = subprocess.run([sys.executable, "-m", "compactor.cli", "run", "--once",
+                               "--config", str(conf)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert [line for line in done.stderr.splitlines()
+                if "ERROR" in line or "Traceback" in line] == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_start_up_stops_quietly(broker, topic_factory, tmp_path) -> None:
+    """A terminal's Ctrl-C reaches the whole group (driver and JVM) while Spark starts: one
+    line says so, the run exits 0, and no traceback follows."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    proc = _start(_config(tmp_path, broker, topic), tmp_path)
+    try:
+        wait_until(lambda: (tmp_path / "lake" / topic / "log" / "_delta_log").exists(), 120,
+                   "the run to claim its log (Spark is starting)")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = _product_lines(stderr)
+    assert len(lines) == 1 and "received SIGINT" in lines[0], lines
