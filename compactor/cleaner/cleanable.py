@@ -72,6 +72,25 @@ class CleanableRange:
     def eligible(self) -> bool:
         return self.must_clean or self.dirty_ratio > self.min_cleanable_ratio or self.tombstones_due
 
+    def why(self) -> str:
+        """Why the partition is due, or why not, in a sentence (``clean --dry-run``)."""
+        held = f"; cleaning stops at offset {self.first_uncleanable_offset}: held by " \
+            f"{self.held_by}" if self.held_by else ""
+        if self.must_clean:
+            return (f"overdue by {self.max_compaction_delay_ms} ms under "
+                    f"max.compaction.lag.ms{held}")
+        if self.dirty_ratio > self.min_cleanable_ratio:
+            return (f"dirty ratio {self.dirty_ratio:.2f} > min.cleanable.dirty.ratio "
+                    f"{self.min_cleanable_ratio}{held}")
+        if self.tombstones_due:
+            return f"tombstones past their delete.retention.ms horizon{held}"
+        if self.cleanable_bytes == 0:
+            return ("no dirty records outside the active segment (it rolls at segment.ms or "
+                    f"segment.bytes){held}")
+        return (f"dirty ratio {self.dirty_ratio:.2f} <= min.cleanable.dirty.ratio "
+                f"{self.min_cleanable_ratio}, nothing overdue under max.compaction.lag.ms, no "
+                f"tombstone past its horizon{held}")
+
 
 def cleanable_range(plog: PartitionLog, tc: TopicConfig, now_ms: int,
                     read_upto: int | None = None) -> CleanableRange:

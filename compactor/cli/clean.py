@@ -63,6 +63,7 @@ def command(args: argparse.Namespace) -> int:
             "bytes_read": stats.bytes_read if stats else 0,
             "bytes_written": stats.bytes_written if stats else 0,
             "error": o.result.error if o.result is not None else None,
+            "why": r.why(),
         })
     if args.json:
         print(json.dumps({"partitions": rows, "files_vacuumed": report.vacuumed,
@@ -77,5 +78,7 @@ def command(args: argparse.Namespace) -> int:
                   f"{row['records_dropped']:>8} {row['bytes_written']:>10}")
             if row["error"]:
                 print(f"    error: {row['error']}")
+            elif row["action"] in ("not due", "would clean"):
+                print(f"    {row['why']}")
         print(f"{report.vacuumed} files vacuumed in {report.seconds:.1f}s")
     return 1 if any(r["action"] == "uncleanable" for r in rows) else 0

@@ -13,8 +13,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     describe = sub.add_parser(
         "describe-config", help="the effective configuration and where each value came from",
         description="Print each topic's effective Kafka topic configuration and its source "
-        "(topic override, file, broker, broker default (file), kafka default), and the "
-        "pipeline's settings. Passwords, secrets, tokens and private keys are redacted.",
+        "(topic override, file, broker, broker default (file), kafka default, compactor "
+        "default), and the pipeline's settings. Passwords, secrets, tokens and private keys "
+        "are redacted.",
     )
     add_config_options(describe)
     describe.add_argument("--topic", action="append", metavar="TOPIC",
@@ -70,13 +71,22 @@ def command(args: argparse.Namespace) -> int:
                           "table_merge_ms": merge_ms}, sort_keys=True))
         return 0
     for key, value in pipeline.items():
-        print(f"{key} = {value}")
+        print(f"{key} = {_text(value)}")
     for name, entries in described.items():
         print(f"\ntopic {name}")
         for key, entry in entries.items():
-            print(f"  {key:<28} {str(entry['value']):<22} ({entry['source']})")
+            print(f"  {key:<28} {_text(entry['value']):<22} ({entry['source']})")
         print(f"  {'latest-value table lag':<28} {f'<= {merge_ms[name]} ms':<22} "
               "(table.merge.interval.ms, within the erasure deadline)")
         if name in warnings:
             print(f"  WARNING: {warnings[name]}")
     return 0
+
+
+def _text(value: object) -> str:
+    """A value as a properties file writes it (``true``, not Python's ``True``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, frozenset | set):
+        return ",".join(sorted(str(v) for v in value))
+    return str(value)

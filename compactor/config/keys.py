@@ -75,6 +75,7 @@ class Key:
     check: Check
     default: Any
     broker_key: str = ""
+    kafka: bool = True  # a key of Kafka's own (False: this product's), for describe-config
 
 
 def _table(*keys: Key) -> Mapping[str, Key]:
@@ -101,11 +102,11 @@ TOPIC_KEYS = _table(
     # Not a Kafka key: how long files removed from the log stay on disk for readers of older
     # snapshots before vacuum deletes them. -1 = min(1 hour, max.compaction.lag.ms / 4).
     Key("vacuum.grace.ms", "vacuum_grace", parse_int, at_least(-1), -1,
-        "log.cleaner.vacuum.grace.ms"),
+        "log.cleaner.vacuum.grace.ms", kafka=False),
     # Not a Kafka key: how long the erasure ledger keeps an erasure once every target finished
     # it (Kafka's retention.ms default, 7 days); -1 keeps every erasure for ever.
     Key("erasure.ledger.retention.ms", "erasure_ledger_retention_ms", parse_int, at_least(-1),
-        604800000, "log.erasure.ledger.retention.ms"),
+        604800000, "log.erasure.ledger.retention.ms", kafka=False),
 )
 # Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
 BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {

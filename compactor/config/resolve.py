@@ -36,7 +36,8 @@ def resolve_topic(
         elif name in layers.get("log", {}):
             values[name], sources[name] = layers["log"][name], "broker default (file)"
         else:
-            values[name], sources[name] = spec.default, "kafka default"
+            values[name] = spec.default
+            sources[name] = "kafka default" if spec.kafka else "compactor default"
     if values["max.compaction.lag.ms"] < values["min.compaction.lag.ms"]:
         raise ConfigError(
             f"max.compaction.lag.ms (topic {topic})",

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from deltalake.schema import Field as DeltaField
 
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
@@ -148,6 +149,18 @@ def _decode(records: pa.Table, topic: str, formats: TopicFormat, table_schema: p
                   typed.added)
 
 
+def _add_columns(table: DeltaTable, fields: list[pa.Field], path: str, topic: str) -> None:
+    """Add a schema's new columns in its own order (a MERGE's schema evolution orders them
+    as it likes); a crash before the MERGE leaves them empty, and the MERGE fills them."""
+    names = ", ".join(f.name for f in fields)
+    try:
+        table.alter.add_columns([DeltaField.from_arrow(f) for f in fields],
+                                commit_properties=operations.properties(
+                                    operations.MERGE_LATEST, f"new columns of {topic}: {names}"))
+    except Exception as exc:
+        raise LakeError(f"cannot add columns to {path}: {failure(path, exc)}") from exc
+
+
 def log_start(plog: PartitionLog) -> int | None:
     """The partition's first offset still in the log: its first segment's base; past its last
     committed offset when retention removed every segment; None before any record."""
@@ -232,6 +245,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
             report_type_changes(paths.rejected, typed.changes,
                                 {p: hi for p, (_, hi) in ranges.items()}, storage)
         if typed.added:
+            _add_columns(table, [records.schema.field(n) for n in typed.added], paths.table,
+                         topic)
             log.info("table %s: new columns from a new schema: %s", topic,
                      ", ".join(typed.added))
     erased = drop_superseded(paths.rejected, newest, storage)

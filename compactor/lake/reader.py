@@ -72,6 +72,17 @@ def _bytes(data: bytes | None, fmt: str, what: str, where: str) -> Any:
             f"with --{what.split()[0]}-format string") from None
 
 
+def _header(key: str, value: bytes | None, value_format: str) -> list[Any]:
+    """A header as [key, value]: its value as text, or in ``value_format`` when that is hex or
+    base64; a value that is not UTF-8 text as [key, its base64, "base64"]."""
+    if value is None or value_format in ("hex", "base64"):
+        return [key, _bytes(value, value_format, "value of a header", "")]
+    try:
+        return [key, value.decode("utf-8")]
+    except UnicodeDecodeError:
+        return [key, base64.b64encode(value).decode(), "base64"]
+
+
 def _decoded(batch: pa.RecordBatch, decoder: Decoder | None, side: str,
              ) -> list[tuple[Any, str | None]] | None:
     """Per row of ``batch``: (decoded value, None) or (None, why it did not decode)."""
@@ -101,9 +112,8 @@ def render(rows: Iterable[dict[str, Any]], key_format: str, value_format: str,
             record[side] = value if why is None else base64.b64encode(row[side]).decode()
             if why is not None:  # printed as base64, with the reason it did not decode
                 record[f"{side}_error"] = why
-        header_format = "base64" if decoded[1] is not None else value_format
-        record["headers"] = [[h["key"], _bytes(h["value"], header_format, "value of a header",
-                                               where)] for h in row["headers"] or []]
+        record["headers"] = [_header(h["key"], h["value"], value_format)
+                             for h in row["headers"] or []]
         # the latest-value table's typed columns, when the topic has them
         record |= {k: v for k, v in row.items() if k not in _LOG_COLUMNS}
         yield record

@@ -231,7 +231,7 @@ class Metrics:
             self._last_ingest_s[topic] = now
 
     def on_timing(self, step: str, seconds: float) -> None:
-        """A duration the mirror measured: ``batch``, ``commit`` or ``merge``."""
+        """How long a step of the mirror took: ``batch``, ``commit`` or ``merge``."""
         {"batch": self.batch_seconds, "commit": self.commit_seconds,
          "merge": self.merge_seconds}[step].observe(seconds)
 

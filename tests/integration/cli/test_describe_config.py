@@ -35,6 +35,7 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert entries["min.compaction.lag.ms"] == {"value": 42, "source": "topic override"}
     assert entries["retention.ms"] == {"value": 777, "source": "broker default (file)"}
     assert entries["max.compaction.lag.ms"]["source"] == "kafka default"
+    assert entries["vacuum.grace.ms"]["source"] == "compactor default"  # not Kafka's key
     assert entries["erasure.ledger.retention.ms"] == {"value": 86400000,
                                                       "source": "broker default (file)"}
     assert described["pipeline"]["kafka.sasl.password"] == "[redacted]"
@@ -50,3 +51,5 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
                            env=env)
     assert table.returncode == 0 and "hunter2" not in table.stdout
     assert "(topic override)" in table.stdout and f"topic {topic}" in table.stdout
+    # As a properties file writes them, not as Python prints them.
+    assert "fail.on.data.loss = true" in table.stdout and "True" not in table.stdout

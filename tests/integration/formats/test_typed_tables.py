@@ -153,6 +153,8 @@ def test_json_times_as_spark_reads_them_and_rejections_said_loudly(
         Service(config).run(once=True, on_batch=metrics.on_batch)
     table = _table(config, topic)
     assert sorted(table) == [b"a", b"b"]
+    columns = DeltaTable(topic_paths(config.lake_path, topic).table).schema().fields
+    assert [f.name for f in columns][-3:] == ["key_decoded", "updated_at", "day"]  # as declared
     noon = dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC)
     assert (table[b"a"]["updated_at"], table[b"a"]["day"]) == (noon, dt.date(2024, 5, 1))
     assert (table[b"b"]["updated_at"], table[b"b"]["day"]) == (noon, dt.date(2024, 5, 2))

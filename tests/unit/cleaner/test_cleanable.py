@@ -110,3 +110,23 @@ def test_overdue_partitions_come_first_then_the_dirtiest() -> None:
 
     order = cleaning_order([rng(1, 300, False), rng(2, 50, True), rng(3, 900, False)])
     assert [r.partition for r in order] == [2, 3, 1]
+
+
+def test_why_says_what_makes_a_partition_due_or_not() -> None:
+    """``clean --dry-run`` prints it under each partition: the rule that decided."""
+    log = plog(seg(0, 9, 100, NOW), seg(10, 19, 100, NOW), seg(20, 29, 5, NOW), checkpoint=10)
+    assert cleanable_range(log, topic(), NOW).why() == (
+        "dirty ratio 0.50 <= min.cleanable.dirty.ratio 0.5, nothing overdue under "
+        "max.compaction.lag.ms, no tombstone past its horizon")
+    assert cleanable_range(log, topic(min_cleanable_dirty_ratio=0.4), NOW).why() == (
+        "dirty ratio 0.50 > min.cleanable.dirty.ratio 0.4")
+    only_active = plog(seg(0, 9, 100, NOW))
+    assert cleanable_range(only_active, topic(), NOW).why().startswith(
+        "no dirty records outside the active segment")
+    late = cleanable_range(plog(seg(0, 9, 100, NOW - 5000), seg(10, 19, 100, NOW)),
+                           topic(max_compaction_lag_ms=1000), NOW)
+    assert late.why().startswith("overdue by ") and "max.compaction.lag.ms" in late.why()
+    held = cleanable_range(plog(seg(0, 9, 100, NOW - 10), seg(10, 19, 100, NOW)),
+                           topic(min_compaction_lag_ms=1000, min_cleanable_dirty_ratio=0.01),
+                           NOW)
+    assert "held by min.compaction.lag.ms=1000" in held.why()

@@ -54,3 +54,22 @@ def test_from_offsets() -> None:
     assert parse_from_offsets(None) == {}
     with pytest.raises(RecordFormatError, match="'1:-5' must be PARTITION:OFFSET"):
         parse_from_offsets("0:1,1:-5")
+
+
+def test_header_values_print_as_text_and_only_other_bytes_as_base64() -> None:
+    """As kcat shows them: text as text, whatever the value's format; bytes that are not
+    UTF-8 as base64, marked so."""
+    ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = pa.RecordBatch.from_pylist([{
+        "key": b"k", "value": b'{"a":1}', "topic": "t", "partition": 0, "offset": 0,
+        "timestamp": ts, "timestampType": 0,
+        "headers": [{"key": "trace", "value": b"abc-123"}, {"key": "raw", "value": b"\xff\x00"},
+                    {"key": "none", "value": None}]}], schema=KAFKA_SCHEMA)
+    for value_format in ("json", "string"):
+        out = io.StringIO()
+        write([rows], out, value_format=value_format)
+        assert json.loads(out.getvalue())["headers"] == [
+            ["trace", "abc-123"], ["raw", "/wA=", "base64"], ["none", None]]
+    out = io.StringIO()
+    write([rows], out, value_format="hex")
+    assert json.loads(out.getvalue())["headers"][0] == ["trace", "6162632d313233"]
