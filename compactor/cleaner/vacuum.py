@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
+from compactor.lake import operations
 from compactor.lake.layout import LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
 from compactor.lake.storage import Storage, failure, is_local, local_path
 
@@ -61,7 +62,9 @@ def ensure_properties(table: DeltaTable, grace_ms: int) -> None:
     current = table.metadata().configuration
     changed = {k: v for k, v in wanted.items() if current.get(k) != v}
     if changed:
-        table.alter.set_table_properties(changed)
+        table.alter.set_table_properties(changed, commit_properties=operations.properties(
+            operations.SET_PROPERTIES, "retention of removed files and commit files: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))))
 
 
 def remove_empty_dirs(root: str, deleted: list[str]) -> int:

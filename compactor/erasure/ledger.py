@@ -309,7 +309,9 @@ class ErasureLedger:
         # Through the table just opened: by path, delta-rs would open it a second time. Not
         # through a table kept open between calls: with deltalake 1.6.6, appends through one
         # object slow down with its age (``python bench/delta_appends.py``).
-        write_deltalake(ledger, table, mode="append")
+        write_deltalake(ledger, table, mode="append", commit_properties=operations.properties(
+            operations.RECORD_ERASURES, f"{target} finished the tombstones of partitions "
+            + ", ".join(f"{p} up to offset {o}" for p, o in sorted(upto.items()))))
 
     def reconcile(self, topic: str, now_ms: int | None = None) -> dict[str, dict[int, int]]:
         """Write the done events a crash lost, from each target's own committed progress.

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
 from compactor.kafka.clients import request_timeout_s, with_logger
+from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.storage import failure
 
@@ -81,8 +82,11 @@ class Incarnations:
             recorded = table.metadata().configuration.get(TOPIC_ID_PROPERTY)
             if recorded is None:
                 try:
-                    table.alter.set_table_properties({TOPIC_ID_PROPERTY: broker_id},
-                                                     raise_if_not_exists=False)
+                    table.alter.set_table_properties(
+                        {TOPIC_ID_PROPERTY: broker_id}, raise_if_not_exists=False,
+                        commit_properties=operations.properties(
+                            operations.SET_PROPERTIES, f"the topic's id on the broker is "
+                            f"{broker_id}"))
                 except Exception as exc:
                     raise LakeError(f"cannot record the topic id in {path}: "
                                     f"{failure(path, exc)}") from exc

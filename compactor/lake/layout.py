@@ -18,6 +18,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
 from compactor.kafka.schema import KAFKA_FIELDS, TIMESTAMP_TYPE
+from compactor.lake import operations
 from compactor.lake.storage import Storage, failure, is_local, local_path
 
 LOG_SCHEMA = pa.schema(
@@ -164,6 +165,8 @@ def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
             path, schema, partition_by=partition_by,
             configuration=properties if properties is not None else TABLE_PROPERTIES,
             mode="ignore", storage_options=storage.delta_options(path),
+            commit_properties=operations.properties(
+                operations.CREATE_TABLE, f"table created by kafka-lake-compactor at {path}"),
         )
     except Exception as exc:
         raise LakeError(f"cannot create Delta table {path}: {failure(path, exc)}") from exc

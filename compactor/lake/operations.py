@@ -20,6 +20,8 @@ from deltalake.transaction import CommitProperties
 
 OPERATION_KEY = "compactor.operation"
 
+CREATE_TABLE = "CREATE TABLE"  # an empty table with the product's properties
+SET_PROPERTIES = "SET PROPERTIES"  # table properties (the vacuum grace, the topic's id)
 INGEST = "INGEST"  # a micro-batch's records appended to the log (or rejected)
 CLEAN = "CLEAN"  # compaction of dirty segments, possibly with retention in the same commit
 RETENTION = "RETENTION"  # whole segments past retention.ms / retention.bytes removed

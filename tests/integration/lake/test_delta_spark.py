@@ -1,0 +1,127 @@
+"""The lakehouse around the mirror: delta-spark reads and follows the mirror's tables.
+
+delta-spark (the Delta Lake users run in Spark) reads every table the mirror writes with the
+rows deltalake reads, shows a history that says what each commit did, travels back in time,
+and follows the log with Structured Streaming while the mirror ingests, cleans and vacuums.
+It runs in an environment of its own (``tests/lakehouse/delta_spark.py``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from compactor.demo.workload import Record, produce
+from compactor.lake.layout import topic_paths
+from tests.conftest import wait_until
+from tests.integration.helpers import run_once, write_config
+from tests.lakehouse.delta_spark import job_result, run_job, start_job
+
+
+def _positions(path: str, version: int | None = None) -> list[list[int]]:
+    table = DeltaTable(path, version=version).to_pyarrow_table(columns=["partition", "offset"])
+    return sorted([p, o] for p, o in zip(table.column("partition").to_pylist(),
+                                         table.column("offset").to_pylist(), strict=True))
+
+
+@pytest.mark.slow
+def test_delta_spark_reads_every_table_as_deltalake_does(
+        broker, topic_factory, lake_config) -> None:
+    # Kafka refuses null keys on a compacted topic; a topic the mirror is told is compact
+    # takes them, and they go to L/T/rejected.
+    topic = topic_factory(2, {"cleanup.policy": "delete"})
+    # Each key in both partitions: its older values leave the other partition's log, a commit
+    # that removes files (compactor/lake/moved_keys.py), as cleaning does.
+    records = [Record(b"k%d" % (i % 7), b"v%d" % i, i % 2) for i in range(60)]
+    records += [Record(b"k1", None, 1), Record(None, b"no key", 0)]
+    produce(broker.bootstrap_servers, topic, records)
+    config = lake_config(topic, **{f"topic.{topic}.cleanup.policy": "compact",
+                                   f"topic.{topic}.vacuum.grace.ms": "3600000"})
+    run_once(config)
+    paths = topic_paths(config.lake_path, topic)
+    tables = {"log": paths.log, "table": paths.table, "rejected": paths.rejected,
+              "erasures": f"{paths.root}/erasures"}
+
+    seen = run_job({"batch": tables})
+
+    for name in tables:
+        assert seen[name]["rows"] == _positions(tables[name]), name
+    assert seen["rejected"]["rows"] == [[0, 30]]
+    # Every commit of the mirror says what it did, in the column DESCRIBE HISTORY shows
+    # (delta-rs's own VACUUM START / END name themselves).
+    for name in ("log", "table"):
+        notes = [(op, note) for _, op, note in seen[name]["history"]
+                 if not op.startswith("VACUUM")]
+        assert notes and all(n and n.startswith("compactor: ") for _, n in notes), notes
+    assert any("dropped from partition" in n for _, _, n in seen["log"]["history"])
+    # Time travel to the oldest version the log keeps gives deltalake's rows of that version.
+    version, rows = seen["log"]["oldest"]
+    assert rows == _positions(tables["log"], version)
+    # Reading the folder as plain Parquet also reads files cleaning removed (kept for the
+    # vacuum grace): never read a table that way.
+    assert seen["log"]["parquet_rows"] > len(seen["log"]["rows"])
+
+
+@pytest.mark.slow
+def test_a_delta_stream_follows_the_log_while_the_mirror_cleans_and_vacuums(
+        broker, topic_factory, tmp_path: Path) -> None:
+    topic = topic_factory(2, {"cleanup.policy": "compact"})
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "checkpoint.path": str(tmp_path / "ck"),
+        "trigger.interval.ms": "500", "log.cleaner.backoff.ms": "500",
+        f"topic.{topic}.segment.bytes": "2000", f"topic.{topic}.min.cleanable.dirty.ratio":
+        "0.05", f"topic.{topic}.vacuum.grace.ms": "20000", "spark.master": "local[1]",
+        "spark.ui.enabled": "false"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k0", b"first", 0)])
+    mirror = subprocess.Popen([sys.executable, "-m", "compactor.cli", "run", "--config",
+                               str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    log = topic_paths(str(tmp_path / "lake"), topic).log
+    sent = 1
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        nonlocal sent
+        i = 0
+        while not stop.is_set() and i < 60:
+            produce(broker.bootstrap_servers, topic,
+                    [Record(b"k%d" % (j % 5), b"v%d-%d" % (i, j), j % 2) for j in range(20)])
+            sent += 20
+            i += 1
+            time.sleep(0.5)
+
+    result: dict[str, Any] = {}
+    ready = tmp_path / "stream-ready"
+    try:
+        wait_until(lambda: len(_positions(log)) == 1 if (Path(log) / "_delta_log").exists()
+                   else False, 180, "the mirror's first record")
+        # The stream starts from the log as it stands (one record), then every append.
+        follower = start_job({"stream": log, "seconds": 300, "until": 1201,
+                              "ready": str(ready)})
+        wait_until(lambda: ready.exists() or follower.poll() is not None, 300,
+                   "the delta-spark stream's first micro-batch")
+        producer = threading.Thread(target=keep_producing, daemon=True)
+        producer.start()
+        result = job_result(follower)
+        producer.join(60)
+    finally:
+        stop.set()
+        mirror.terminate()
+        _, stderr = mirror.communicate(timeout=120)
+    assert mirror.returncode == 0, stderr[-3000:]
+    assert result["error"] is None, result["error"]
+    history = DeltaTable(log).history()
+    assert any((h.get("userMetadata") or "").startswith("compactor: clean") for h in history)
+    assert any(h.get("operation") == "VACUUM END" for h in history)  # files deleted meanwhile
+    # Every record the mirror appended reached the stream, once: cleaning and vacuum, which
+    # remove files, never stopped it nor made it read a record twice.
+    seen = [tuple(p) for p in result["seen"]]
+    assert len(seen) == len(set(seen)) == sent == 1201

@@ -1,0 +1,94 @@
+"""A delta-spark job over the mirror's tables, run by ``tests/lakehouse/delta_spark.py`` in an
+environment of its own. Reads a JSON job from argv, prints one JSON line of results.
+
+Jobs:
+- ``{"batch": {name: path}}``: per table its rows' (partition, offset), its ``DESCRIBE
+  HISTORY`` (version, operation, userMetadata), the rows at its oldest version still in the
+  log, and the row count a plain ``spark.read.parquet`` of the folder gives.
+- ``{"stream": path, "seconds": S, "until": N, "ready": file}``: follow the table with
+  Structured Streaming as the docs recommend (``skipChangeCommits``), touching ``file`` once
+  its first micro-batch is done, until N rows arrived or S seconds passed; the (partition,
+  offset) of every row seen, and the query's exception if it failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from delta import configure_spark_with_delta_pip
+from pyspark.sql import SparkSession
+
+
+def session() -> SparkSession:
+    builder = (SparkSession.builder.master("local[2]").appName("delta-spark-reader")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.jars.ivy", os.environ["DELTA_SPARK_IVY"])
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+               .config("spark.sql.catalog.spark_catalog",
+                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def positions(df: Any) -> list[list[int]]:
+    return sorted([r["partition"], r["offset"]] for r in df.select("partition", "offset")
+                  .collect())
+
+
+def batch(spark: SparkSession, tables: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, path in tables.items():
+        df = spark.read.format("delta").load(path)
+        history = [[r["version"], r["operation"], r["userMetadata"]] for r in
+                   spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
+        oldest = min(v for v, _, _ in history)
+        then = spark.read.format("delta").option("versionAsOf", oldest).load(path)
+        has_offsets = "offset" in df.columns
+        out[name] = {
+            "rows": positions(df) if has_offsets else df.count(),
+            "history": history,
+            "oldest": [oldest, positions(then) if has_offsets else then.count()],
+            "parquet_rows": spark.read.parquet(path).count(),
+        }
+    return out
+
+
+def stream(spark: SparkSession, path: str, seconds: float, until: int,
+           ready: str) -> dict[str, Any]:
+    query = (spark.readStream.format("delta").option("skipChangeCommits", "true").load(path)
+             .select("partition", "offset").writeStream.format("memory").queryName("seen")
+             .trigger(processingTime="1 second").start())
+    deadline = time.monotonic() + seconds
+    error = None
+    while time.monotonic() < deadline:
+        if query.recentProgress and not os.path.exists(ready):
+            open(ready, "w").close()
+        if query.exception() is not None:
+            error = str(query.exception())
+            break
+        if spark.sql("SELECT count(*) AS n FROM seen").collect()[0]["n"] >= until:
+            break
+        time.sleep(1)
+    query.stop()
+    return {"seen": positions(spark.sql("SELECT * FROM seen")), "error": error,
+            "batches": len(query.recentProgress)}
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    spark = session()
+    if "batch" in job:
+        result = batch(spark, job["batch"])
+    else:
+        result = stream(spark, job["stream"], job["seconds"], job["until"], job["ready"])
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
