@@ -24,8 +24,9 @@ from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import TombstoneReaders
 from compactor.exceptions import CompactorError
 from compactor.formats import exceptions as format_errors
+from compactor.ingest.batch_stats import BatchStats, IngestTotals
 from compactor.ingest.incarnation import Incarnations
-from compactor.ingest.writer import BatchStats, IngestTotals, commit_ranges, plan_ranges
+from compactor.ingest.writer import commit_ranges, plan_ranges
 from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths

@@ -37,15 +37,16 @@ from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
 from compactor.erasure.source_gap import SourceGap
 from compactor.exceptions import CompactorError
+from compactor.ingest.batch_stats import BatchStats
 from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
-from compactor.ingest.writer import BatchStats
 from compactor.lake import fencing
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import forget
 from compactor.lake.missing_files import check_tables
 from compactor.ops.engine import RunSummary
 from compactor.ops.health import check_port
+from compactor.ops.history import History
 from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
@@ -126,6 +127,7 @@ class Service:
             if query.isActive:
                 query.stop()
             run.mirror.settle()
+            run.history.flush()
             if run.group is not None:
                 run.group.close()
         run.summary.seconds = time.monotonic() - started
@@ -177,6 +179,8 @@ class Service:
             log.info("metrics on http://0.0.0.0:%d/metrics (and /healthz, /readyz)",
                      self.config.metrics_port)
         mirror.table_hooks.append(cleaner.note_removed)
+        history = History(self.config)
+        mirror.listeners.append(history.on_batch)
         progress = IngestProgress(lambda: broker_end_offsets(self.config))
         mirror.listeners.append(progress.on_batch)
         group = None
@@ -186,7 +190,7 @@ class Service:
             log.info("committing the mirrored offsets to consumer group %s (for lag tools)",
                      group.group_id)
         return _Run(self.config, mirror, cleaner, metrics, on_pass,
-                    RunSummary(ingest=mirror.totals), gap, group)
+                    RunSummary(ingest=mirror.totals), gap, history, group)
 
     def _recover(self, mirror: Any) -> None:
         """Repair what a crash left behind: a table behind its log, lost done events (step 2)."""
@@ -205,6 +209,7 @@ class Service:
         next_refresh = time.monotonic() + refresh_s
         while query.isActive:
             self.native_heap.maybe_trim()
+            run.history.maybe_flush()
             run.check_source()
             if refresh_s > 0 and time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + refresh_s
@@ -248,6 +253,7 @@ class _Run:
     on_pass: Callable[[PassReport], None] | None
     summary: RunSummary
     gap: SourceGap
+    history: History
     group: GroupCommitter | None = None
 
     def check_source(self) -> None:
@@ -272,6 +278,7 @@ class _Run:
         for report in reports:
             self.summary.cleaning.add(report)
             log_pass_end(report)
+            self.history.on_pass(report, self.cleaner.uncleanable)
             if self.metrics is not None:
                 self.metrics.on_pass(report, self.cleaner.uncleanable)
             if self.on_pass is not None:

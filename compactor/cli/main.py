@@ -25,6 +25,7 @@ from compactor.cli import (
     describe_config,
     read,
     rebuild_table,
+    report,
     run,
     status,
 )
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="verbosity of the logs on stderr (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    for verb in (run, clean, status, describe_config, audit_erasure, read, rebuild_table, demo):
+    for verb in (run, clean, status, describe_config, audit_erasure, read, report,
+                 rebuild_table, demo):
         verb.add_parser(sub)
     for verb_parser in sub.choices.values():  # global flags after the verb too
         verb_parser.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS,

@@ -146,6 +146,8 @@ PIPELINE_KEYS = _table(
     Key("table.merge.interval.ms", "table_merge_interval_ms", parse_int, at_least(-1), -1),
     # Prometheus metrics of 'compactor run' on this port (0 = off).
     Key("metrics.port", "metrics_port", parse_int, _between(0, 65535), 0),
+    # How long L/T/history keeps its minutes (compactor report); -1 keeps them for ever.
+    Key("history.retention.ms", "history_retention_ms", parse_int, at_least(-1), 604800000),
     # Commit the mirrored offsets to a consumer group after each lake commit, so that lag
     # tools see the mirror (monitoring only: the lake holds the positions).
     Key("commit.offsets", "commit_offsets", _bool, _any, True),

@@ -217,6 +217,7 @@ class CompactorConfig:
     checkpoint_path: str
     trigger_interval_ms: int = default(PIPELINE_KEYS, "trigger.interval.ms")
     max_offsets_per_trigger: int = default(PIPELINE_KEYS, "max.offsets.per.trigger")
+    history_retention_ms: int = default(PIPELINE_KEYS, "history.retention.ms")
     min_partitions: int = default(PIPELINE_KEYS, "min.partitions")
     max_records_per_partition: int = default(PIPELINE_KEYS, "max.records.per.partition")
     starting_offsets: str = default(PIPELINE_KEYS, "starting.offsets")

@@ -31,7 +31,7 @@ from typing import Any
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import Erasure
-from compactor.exceptions import CompactorError
+from compactor.ops.report import pyplot
 from compactor.ops.status import collect_status
 
 
@@ -86,20 +86,6 @@ class Timeline:
                 int(self.clock() * 1000), len(stats), sum(s.bytes_written for s in stats),
                 sum(s.kafka_model_bytes for s in stats), sum(s.records_dropped for s in stats)))
         self.sample()
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise CompactorError(
-            "the picture needs matplotlib, which is not installed: "
-            "pip install 'kafka-lake-compactor[demo]'"
-        ) from exc
-    matplotlib.use("Agg")  # no display: files only
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _figure(plt: Any, timeline: Timeline, erasures: list[Erasure], now_ms: int) -> Any:
@@ -179,7 +165,7 @@ def _figure(plt: Any, timeline: Timeline, erasures: list[Erasure], now_ms: int) 
 def render(timeline: Timeline, erasures: list[Erasure], directory: Path,
            now_ms: int | None = None) -> tuple[Path, Path]:
     """Write ``<topic>.png`` and ``<topic>.html`` into ``directory``; returns their paths."""
-    plt = _pyplot()
+    plt = pyplot()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     fig = _figure(plt, timeline, erasures, now)
     png = directory / f"{timeline.topic}.png"

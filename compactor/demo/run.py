@@ -25,7 +25,7 @@ from compactor.demo.schema_registry import EmbeddedSchemaRegistry
 from compactor.demo.workload import ProfileWorkload, Record, live_changes, produce, profile_workload
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import ConfigError
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 from compactor.kafka.clients import with_logger
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs

@@ -6,8 +6,8 @@ orphans, Delta logs, checkpoints, Spark checkpoints below the lake), decodes Par
 searches every other file byte for byte:
 
 - a row of the key whose value a newer record of the key superseded (a later offset of its
-  partition, or a later record of another partition: the promise is per key, and keys move
-  partition when partitions are added) is a *trace*, due to be gone by the superseding
+  partition, or a later tombstone of another partition: the erasure promise is per key, and
+  keys move partition when partitions are added) is a *trace*, due to be gone by the superseding
   record's timestamp + ``max.compaction.lag.ms`` (a record without a
   timestamp, Kafka's -1, counts as written when its data file was, as everywhere in the
   product); on a topic without ``max.compaction.lag.ms`` no deadline applies;
@@ -257,15 +257,16 @@ def _reconciled(config: CompactorConfig, topic: str, key: bytes) -> list[dict[st
 
 def _superseded_by(history: dict[int, dict[int, tuple[int, bool]]], partition: int,
                    offset: int) -> tuple[int, int, int] | None:
-    """The first record of the key newer than (partition, offset), as (partition, offset,
-    timestamp): a later offset of the partition, or a record of another partition that is
+    """The first record of the key that supersedes (partition, offset), as (partition, offset,
+    timestamp): a later offset of the partition, or a tombstone of another partition that is
     later by (timestamp, partition), the latest-value table's rule (a key moves partition when
-    partitions are added; the erasure promise is per key). None: the key's live value."""
+    partitions are added; the erasure promise is per key, while a newer value in another
+    partition leaves this one, as Kafka does). None: nothing supersedes it."""
     ts = history[partition][offset][0]
     candidates = [(history[partition][o][0], partition, o)
                   for o in history[partition] if o > offset]
     candidates += [(t, p, o) for p, entries in history.items() if p != partition
-                   for o, (t, _) in entries.items() if (t, p) > (ts, partition)]
+                   for o, (t, dead) in entries.items() if dead and (t, p) > (ts, partition)]
     if not candidates:
         return None
     first = min(candidates)

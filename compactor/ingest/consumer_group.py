@@ -24,7 +24,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from compactor.config import CompactorConfig
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 from compactor.kafka.clients import with_logger
 
 log = logging.getLogger(__name__)

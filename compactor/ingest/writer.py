@@ -37,9 +37,15 @@ from deltalake import DeltaTable
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
+from compactor.ingest.batch_stats import BatchStats
 from compactor.ingest.rejected import RecordChecker
 from compactor.lake import fencing, log_commit, operations
-from compactor.lake.datafiles import WrittenFile, add_action, write_data_file
+from compactor.lake.datafiles import (
+    WrittenFile,
+    add_action,
+    newest_record_ms,
+    write_data_file,
+)
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
@@ -52,7 +58,6 @@ from compactor.lake.log_follower import LogView, follow, log_view
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
 from compactor.lake.rejected import (
     HEADERS_REASON,
-    NULL_KEY,
     NULL_KEY_REASON,
     Rejections,
     rejected_rows,
@@ -363,49 +368,6 @@ def _refused(path: str, exc: Exception) -> str:
             "mirrors the same topic into this lake, stop one of them.")
 
 
-@dataclass(frozen=True)
-class BatchStats:
-    """What one micro-batch appended to one topic."""
-
-    records: int
-    record_bytes: int
-    rejected: int
-    files: int
-    partitions: int
-    next_offsets: Mapping[int, int] = field(default_factory=dict)  # partition -> next offset
-    rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
-
-    @property
-    def read(self) -> int:
-        """Records read from Kafka: the log's, and those only ``rejected`` holds (null keys);
-        an undecodable record is in both and counts once."""
-        return self.records + self.rejections.counts.get(NULL_KEY, 0)
-
-
-@dataclass
-class IngestTotals:
-    """Running totals of what the mirror appended."""
-
-    batches: int = 0
-    records: int = 0
-    record_bytes: int = 0
-    rejected: int = 0
-    busy_seconds: float = 0.0  # time inside micro-batches: consume, write, commit, MERGE
-    table_seconds: float = 0.0  # the part of it spent merging the latest-value tables
-    per_topic: dict[str, int] = field(default_factory=dict)
-
-    def add(self, stats: Mapping[str, BatchStats], seconds: float,
-            table_seconds: float = 0.0) -> None:
-        self.batches += 1
-        self.busy_seconds += seconds
-        self.table_seconds += table_seconds
-        for topic, s in stats.items():
-            self.records += s.records
-            self.record_bytes += s.record_bytes
-            self.rejected += s.rejected
-            self.per_topic[topic] = self.per_topic.get(topic, 0) + s.records
-
-
 def commit_ranges(config: CompactorConfig, results: list[RangeResult],
                   generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
     """Driver side, step 3: rejected files first, then one log commit per topic.
@@ -442,6 +404,7 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
             partitions=len(mine),
             next_offsets={r.partition: r.last_offset + 1 for r in mine},
             rejections=Rejections.combined([r.rejections for r in mine]),
+            newest_ms=newest_record_ms([f.stats for f in log_files]),
         )
     return stats
 

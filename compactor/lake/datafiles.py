@@ -220,3 +220,14 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
     if written is None:
         raise LakeError(f"refusing to write an empty data file under {table_root}/{directory}")
     return written
+
+
+def newest_record_ms(files_stats: list[str]) -> int | None:
+    """The newest record timestamp among data files' Delta statistics (JSON)."""
+    newest = None
+    for stats in files_stats:
+        stamp = json.loads(stats).get("maxValues", {}).get("timestamp")
+        if stamp:
+            ms = int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+            newest = ms if newest is None else max(newest, ms)
+    return newest

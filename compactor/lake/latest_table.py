@@ -87,7 +87,7 @@ class LatestStats:
     type_changes: int = 0  # records of a schema the table cannot merge (reported now)
     columns_added: tuple[str, ...] = ()
     rejected_erased: int = 0  # rows of L/T/rejected a newer record superseded
-    moved_values: int = 0  # log values whose key's newer record is in another partition
+    moved_values: int = 0  # log values whose key's tombstone is in another partition
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:

@@ -35,8 +35,10 @@ RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to th
 COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as few, no event changed
 RECONCILE = "RECONCILE"  # values of keys the topic erased while the mirror could not see it
 REBUILD_TABLE = "REBUILD TABLE"  # the latest-value table made again from the log
-MOVED_KEYS = "ERASE MOVED KEYS"  # values whose key's newer record is in another partition
+MOVED_KEYS = "ERASE MOVED KEYS"  # values whose key's tombstone is in another partition
 CAUGHT_UP = "CAUGHT UP"  # only the time the log last held all the broker had moved
+RECORD_HISTORY = "RECORD HISTORY"  # minutes of a topic's figures appended to L/T/history
+PRUNE_HISTORY = "PRUNE HISTORY"  # history older than history.retention.ms removed
 PRUNE_LEDGER = "PRUNE LEDGER"  # erasures finished longer ago than the ledger's retention removed
 
 

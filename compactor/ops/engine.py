@@ -17,7 +17,7 @@ from typing import Protocol
 from compactor.cleaner.maintenance import CleaningTotals, PassReport
 from compactor.config import CompactorConfig
 from compactor.exceptions import CompactorError
-from compactor.ingest.writer import BatchStats, IngestTotals
+from compactor.ingest.batch_stats import BatchStats, IngestTotals
 
 ENGINE_GROUP = "compactor.engines"
 

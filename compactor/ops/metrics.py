@@ -41,7 +41,7 @@ from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import ErasureLedger
 from compactor.erasure.reconcile import Reconciled
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 from compactor.ops.health import serve
 from compactor.ops.status import collect_status
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from compactor.cleaner.maintenance import PassReport
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 
 log = logging.getLogger(__name__)
 

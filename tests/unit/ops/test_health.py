@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from compactor.config import build_config, with_topic_configs
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 from compactor.ops.health import serve
 from compactor.ops.metrics import Metrics, readiness_bound_s
 from tests.integration.helpers import free_port

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from compactor.ingest.writer import BatchStats
+from compactor.ingest.batch_stats import BatchStats
 from compactor.ops.progress import IngestProgress
 
 
