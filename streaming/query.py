@@ -223,7 +223,9 @@ class Mirror:
                 merge_started = time.monotonic()
                 merged = catch_up(self.config.lake_path, topic, self.config.storage,
                                   self.config.format(topic),
-                                  generation=self.generations.get(topic))
+                                  generation=self.generations.get(topic),
+                                  erase_moved=self.config.cleaner.enable
+                                  and self.config.topic(topic).compact)
                 for timing in self.timings:
                     timing("merge", time.monotonic() - merge_started)
                 if merged.tombstones:

@@ -202,11 +202,13 @@ def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], pat
 def catch_up(lake_path: str, topic: str, storage: Storage,
              formats: TopicFormat | None = None, now_ms: int = 0,
              generation: int | None = None, partitions: Collection[int] | None = None,
-             max_records: int = 0) -> LatestStats:
+             max_records: int = 0, erase_moved: bool = False) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4), under the caller's
     commit lock; ``generation`` is the run's writer generation of the log (fencing).
     ``partitions`` and ``max_records`` (offsets per partition, 0: all) bound one call's
-    work: a rebuild catches up in steps of bounded memory."""
+    work: a rebuild catches up in steps of bounded memory. ``erase_moved``: drop from the log
+    the values of keys whose tombstone is in another partition (a compacted topic whose
+    cleaner runs; :mod:`compactor.lake.moved_keys`)."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
     if view is None:
@@ -251,7 +253,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
                      ", ".join(typed.added))
     erased = drop_superseded(paths.rejected, newest, storage)
     moved = 0
-    if len(view.partitions) > 1:  # a key of one partition cannot have moved
+    if erase_moved and len(view.partitions) > 1:  # a key of one partition cannot have moved
         rows = table_rows(table, newest.column("key").combine_chunks(), paths.table)
         moved = drop_moved(view, moved_records(every, rows), storage, generation)
     # Decoding leaves records out, so a typed topic's MERGE source is its own reduction.

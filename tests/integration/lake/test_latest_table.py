@@ -86,26 +86,27 @@ def test_a_key_that_moved_partition_loses_its_older_values_in_the_old_one(
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
     append(config, "t", 1, [(0, b"k", b"secret", T0), (1, b"other", b"o", T0),
                             (2, b"k", b"secret-2", T0 + 1)], now_ms=T0)
-    catch_up(config.lake_path, "t", config.storage)  # the table's row of k is in partition 1
+    # The table's row of k is in partition 1.
+    catch_up(config.lake_path, "t", config.storage, erase_moved=True)
     append(config, "t", 0, [(0, b"k", None, T0 + 10)], now_ms=T0)  # k's tombstone, moved
-    stats = catch_up(config.lake_path, "t", config.storage)
+    stats = catch_up(config.lake_path, "t", config.storage, erase_moved=True)
     assert stats.moved_values == 2
     assert [r for r in log_rows(config, "t") if r[2] == b"k"] == [(0, 0, b"k", None, None)]
     assert b"k" not in table_rows(config, "t") and b"other" in table_rows(config, "t")
     # A newer value in another partition: both stay, the table holds the newer.
     append(config, "t", 1, [(3, b"j", b"old", T0 + 20)], now_ms=T0)
     append(config, "t", 0, [(1, b"j", b"new", T0 + 30)], now_ms=T0)
-    assert catch_up(config.lake_path, "t", config.storage).moved_values == 0
+    assert catch_up(config.lake_path, "t", config.storage, erase_moved=True).moved_values == 0
     assert [r[3] for r in log_rows(config, "t") if r[2] == b"j"] == [b"new", b"old"]
     assert table_rows(config, "t")[b"j"] == (b"new", 0, 1)
     # Then j's tombstone, in the same range as a late older value in partition 1: both of
     # j's values in partition 1 go.
     append(config, "t", 1, [(4, b"j", b"late", T0 + 25)], now_ms=T0)
     append(config, "t", 0, [(2, b"j", None, T0 + 40)], now_ms=T0)
-    assert catch_up(config.lake_path, "t", config.storage).moved_values == 2
+    assert catch_up(config.lake_path, "t", config.storage, erase_moved=True).moved_values == 2
     assert [r[:4] for r in log_rows(config, "t") if r[2] == b"j"] == [
         (0, 1, b"j", b"new"), (0, 2, b"j", None)]
-    assert catch_up(config.lake_path, "t", config.storage).moved_values == 0
+    assert catch_up(config.lake_path, "t", config.storage, erase_moved=True).moved_values == 0
 
 
 def test_a_range_that_changes_no_row_still_moves_the_position(tmp_path: Path) -> None:
