@@ -19,7 +19,6 @@ what to install.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import math
 import time
@@ -31,7 +30,7 @@ from typing import Any
 from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import Erasure
-from compactor.ops.report import pyplot
+from compactor.ops.report import page_head, pyplot
 from compactor.ops.status import collect_status
 
 
@@ -201,22 +200,13 @@ def _page(timeline: Timeline, erasures: list[Erasure], now_ms: int, image: bytes
         ("erasure latency p50 / p99 / max", f"{pct(0.5)} / {pct(0.99)} / "
                                              f"{f'{done[-1]:.1f}s' if done else '-'}"),
     ]
-    rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                     for k, v in facts)
     passes = "\n".join(
         f"<tr><td>{(m.at_ms - timeline.started_ms) / 1000:.1f}</td><td>{m.partitions}</td>"
         f"<td>{m.records_dropped:,}</td><td>{m.bytes_written:,}</td>"
         f"<td>{m.kafka_model_bytes:,}</td></tr>" for m in timeline.passes)
-    title = html.escape(f"kafka-lake-compactor: topic {timeline.topic}")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:62em;margin:2em auto}}
-table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;padding:.2em .6em;
-text-align:left}}img{{max-width:100%}}</style></head><body>
-<h1>{title}</h1>
-<p>Is the mirror keeping up, is compaction on time, are erasures inside their deadlines?
-The panels share one time axis, in seconds since the run began.</p>
-<table>{rows}</table>
+    head = page_head(timeline.topic, facts,
+                     "The panels share one time axis, in seconds since the run began.")
+    return f"""{head}
 <img alt="log size, dirty ratio, cleaning passes and erasures over the run"
  src="data:image/png;base64,{image.decode()}">
 <h2>Cleaning passes</h2>

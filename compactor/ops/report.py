@@ -180,6 +180,22 @@ def render(r: TopicReport, directory: Path) -> tuple[Path, Path]:
     return png, page
 
 
+def page_head(topic: str, facts: list[tuple[str, str]], note: str = "") -> str:
+    """An HTML page's start, up to its table of ``facts``, for the report and the demo."""
+    rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                     for k, v in facts)
+    title = html.escape(f"kafka-lake-compactor: topic {topic}")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;max-width:64em;margin:2em auto}}
+table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;padding:.2em .6em;
+text-align:left}}img{{max-width:100%}}</style></head><body>
+<h1>{title}</h1>
+<p>Is the mirror keeping up, is compaction on time, are erasures inside their deadlines?
+{html.escape(note)}</p>
+<table>{rows}</table>"""
+
+
 def _page(r: TopicReport, image: str) -> str:
     s = r.summary()
 
@@ -201,17 +217,7 @@ def _page(r: TopicReport, image: str) -> str:
         ("erasure p50 / p99 / max", f"{ms(s['erasure_ms']['p50'])} / "
                                     f"{ms(s['erasure_ms']['p99'])} / {ms(s['erasure_ms']['max'])}"),
     ]
-    rows = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                     for k, v in facts)
-    title = html.escape(f"kafka-lake-compactor: topic {r.topic}")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:64em;margin:2em auto}}
-table{{border-collapse:collapse;margin:1em 0}}th,td{{border:1px solid #ccc;padding:.2em .6em;
-text-align:left}}img{{max-width:100%}}</style></head><body>
-<h1>{title}</h1>
-<p>Is the mirror keeping up, is compaction on time, are erasures inside their deadlines?</p>
-<table>{rows}</table>
+    return f"""{page_head(r.topic, facts)}
 <img alt="mirror delay, compaction delay and erasures over the window"
  src="data:image/png;base64,{image}">
 </body></html>

@@ -31,8 +31,7 @@ def test_a_day_of_history_is_drawn_and_summed(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     config = offline_config(str(tmp_path / "lake"), "t", cleanup_policy="compact",
                             max_compaction_lag_ms=60_000)
-    now_s = time.time() - 60
-    start_ms = int(now_s * 1000) - DAY_MS
+    start_ms = (int(time.time() * 1000) - DAY_MS) // 60_000 * 60_000  # a minute's start
     clock = {"s": start_ms / 1000}
     history = History(config, clock=lambda: clock["s"])
     for batch, minute in enumerate(range(0, 1440, 6)):  # a batch every 6 minutes, a pass an hour
