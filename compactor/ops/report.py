@@ -158,6 +158,7 @@ def _figure(plt: Any, r: TopicReport) -> Any:
     erase.set_xlabel("hours (erasures at their tombstone's timestamp)")
     erase.legend(loc="upper left", fontsize="small")
     erase.set_title(f"are erasures inside their deadlines? {len(r.erasures)} tombstones")
+    erase.set_xlim(0, hours(r.now_ms))  # the whole window, idle stretches included
     return fig
 
 
