@@ -242,6 +242,11 @@ class Decoder:
         keep_rows, keep_values = [], []
         for row, value in zip(group.rows, group.values, strict=True):
             problem = _fits(value, group.type)
+            if problem is not None:  # name the field: Arrow's message does not
+                try:
+                    conform(value, group.type)
+                except Mismatch as exc:
+                    problem = str(exc)
             if problem is None:
                 keep_rows.append(row)
                 keep_values.append(value)

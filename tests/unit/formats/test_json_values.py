@@ -72,3 +72,19 @@ def test_a_mismatch_names_the_field_the_type_and_the_value(ddl: str, given: obje
 def test_missing_fields_and_nulls_are_null() -> None:
     type_ = ddl_to_arrow("a INT, b STRUCT<c: STRING>")
     assert conform({"b": None}, type_) == {"a": None, "b": None}
+
+
+def test_a_writer_schema_mismatch_names_the_field_too() -> None:
+    """A registry record whose value its column type cannot hold is rejected with the field's
+    path, not only Arrow's words."""
+    from compactor.formats.decoder import Decoder, Group
+    from compactor.formats.spec import RecordFormat
+
+    decoder = Decoder(RecordFormat("json", "id INT"), None, "t", False)
+    group = Group(7, pa.struct([("address", pa.struct([("zip", pa.int32())]))]), [0, 1],
+                  [{"address": {"zip": 1}}, {"address": {"zip": "N1 9GU"}}])
+    reasons: list[str | None] = [None, None]
+    decoder._check_types(group, reasons)
+    assert group.rows == [0] and reasons[0] is None
+    assert reasons[1] == ('does not match the column type of schema id 7: address.zip: '
+                          'expected INT, found the string "N1 9GU"')
