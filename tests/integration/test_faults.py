@@ -163,7 +163,28 @@ def committed(log_dir: Path) -> dict[int, int | None]:
             for p, plog in read_partition_logs(DeltaTable(str(log_dir))).items()}
 
 
-def check(log_uri: str, producer: Producer, report: Report) -> None:
+@dataclass
+class Truth:
+    """Per partition, the latest record of every key produced up to an offset, folded in as
+    the hunt goes: a check costs the new records and the lake's rows, not the whole run."""
+
+    upto: dict[int, int] = field(default_factory=dict)  # partition -> last offset folded
+    latest: dict[int, dict[bytes, tuple[int, bytes | None]]] = field(default_factory=dict)
+
+    def fold(self, producer: Producer, partition: int, committed: int) -> int:
+        """Fold the produced records of ``partition`` up to ``committed``; how many."""
+        done = self.upto.get(partition, -1)
+        with producer.lock:
+            new = producer.sent[partition][done + 1:committed + 1]
+        latest = self.latest.setdefault(partition, {})
+        for i, r in enumerate(new, start=done + 1):
+            assert r.key is not None
+            latest[r.key] = (i, r.value)
+        self.upto[partition] = max(done, committed)
+        return len(new)
+
+
+def check(log_uri: str, producer: Producer, report: Report, truth: Truth) -> None:
     """The lake's log against what was produced, up to the offsets the lake committed."""
     table = DeltaTable(log_uri)
     logs = read_partition_logs(table)
@@ -171,8 +192,6 @@ def check(log_uri: str, producer: Producer, report: Report) -> None:
     # The broker may hold (and the lake mirror) a batch whose produce() has not returned yet.
     wait_until(lambda: all(len(producer.sent[p]) > (plog.committed_offset or -1)
                            for p, plog in logs.items()), 30, "the producer's bookkeeping")
-    with producer.lock:
-        sent = {p: list(rs) for p, rs in producer.sent.items()}
     report.checks += 1
     for p, plog in logs.items():
         mine = rows.filter(pc.equal(rows.column("partition"), p))
@@ -180,19 +199,16 @@ def check(log_uri: str, producer: Producer, report: Report) -> None:
         keys, values = mine.column("key").to_pylist(), mine.column("value").to_pylist()
         committed = plog.committed_offset if plog.committed_offset is not None else -1
         assert len(offsets) == len(set(offsets)), f"partition {p}: an offset is duplicated"
-        produced = sent[p][:committed + 1]
+        report.records_checked += truth.fold(producer, p, committed)
+        with producer.lock:
+            produced = producer.sent[p]
+            originals = [(produced[o].key, produced[o].value) for o in offsets]
         lake_latest: dict[bytes, tuple[int, bytes | None]] = {}
-        for o, k, v in zip(offsets, keys, values, strict=True):
-            r = produced[o]
-            assert (k, v) == (r.key, r.value), f"partition {p} offset {o} differs"
+        for o, k, v, original in zip(offsets, keys, values, originals, strict=True):
+            assert (k, v) == original, f"partition {p} offset {o} differs"
             if k not in lake_latest or o > lake_latest[k][0]:
                 lake_latest[k] = (o, v)
-        truth: dict[bytes, tuple[int, bytes | None]] = {}
-        for o, r in enumerate(produced):
-            assert r.key is not None
-            truth[r.key] = (o, r.value)
-        report.records_checked += len(produced)
-        for key, (o, v) in truth.items():
+        for key, (o, v) in truth.latest.get(p, {}).items():
             got = lake_latest.get(key)
             if v is None:  # a tombstone: it, or nothing once its horizon passed
                 if got is not None and got != (o, None):
@@ -230,6 +246,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
     log_dir = lake / topic / "log"
     rng = random.Random(int(os.environ.get("FAULT_SEED", "7")))
     report = Report()
+    truth = Truth()
     producer = Producer(broker.bootstrap_servers, topic)
     producer.start()
     # Four: every aim once, inside the suite's time budget; FAULT_KILLS=6 or more for a
@@ -285,7 +302,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
             if signum != signal.SIGKILL:
                 assert code == 0, f"{signal.Signals(signum).name}: exit {code}: " + \
                     errors.read_text()[-3000:]
-            check(str(log_dir), producer, report)
+            check(str(log_dir), producer, report, truth)
             _report_line(lines, report.kills, aim, signum, hit, producer, report)
     finally:
         producer.stop.set()
@@ -349,7 +366,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
             f"(target, partition) {done}; (partition, uncleanable reason, first dirty) "
             f"{stuck}; downtime {report.downtime}; the last run's log:\n{stderr[-4000:]}")
     assert proc.returncode == 0, stderr[-3000:]
-    check(str(log_dir), producer, report)
+    check(str(log_dir), producer, report, truth)
     # The deadline binds a running mirror (as KIP-354's binds a running cleaner): an erasure
     # may be late by the time the mirror was dead inside its window, never by more.
     erasures = ledger.erasures(topic)

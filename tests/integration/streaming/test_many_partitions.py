@@ -23,6 +23,9 @@ from tests.conftest import overrides_for, wait_until
 from tests.integration.test_faults import committed, in_flight
 
 PARTITIONS = 200
+# Kafka keeps each partition in send order only with idempotence: without it a retried batch
+# (leaders of a new 200-partition topic still moving) can land after a later one.
+IN_ORDER = {"enable.idempotence": "true"}
 
 
 def _records(round_: int, per_partition: int) -> list[Record]:
@@ -35,7 +38,7 @@ def test_a_kill_mid_batch_over_200_partitions_loses_and_repeats_nothing(
     servers = kafka.bootstrap_servers
     topic = kafka_topic(PARTITIONS, {"cleanup.policy": "delete"})
     sent = _records(0, 40)
-    produce(servers, topic, sent)
+    produce(servers, topic, sent, extra_config=IN_ORDER)
     conf = tmp_path / "c.properties"
     conf.write_text("".join(f"{k}={v}\n" for k, v in {
         "bootstrap.servers": servers, "topics": topic, "lake.path": str(tmp_path / "lake"),
@@ -61,7 +64,7 @@ def test_a_kill_mid_batch_over_200_partitions_loses_and_repeats_nothing(
         proc.wait()
     assert caught, "no batch was caught between its files and its commit"
     more = _records(1, 5)
-    produce(servers, topic, more)
+    produce(servers, topic, more, extra_config=IN_ORDER)
 
     done = subprocess.run([sys.executable, "-m", "compactor.cli", "run", "--once", "--config",
                            str(conf)], capture_output=True, text=True, timeout=600)
