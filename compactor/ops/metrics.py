@@ -9,8 +9,9 @@ cleaning pass and the latest-value MERGE. All are prefixed ``compactor_``; count
 ``_created`` series. Figures come from the same state as ``compactor status``.
 
 The names before this release (``_secs``, ``_percent`` in 0-100, ``uncleanable_partitions_
-count``) are still exported, with the same values in their old units, as deprecated aliases
-for one release (:class:`_Aliased`).
+count``: the design's public names, Kafka's snake_cased) are still exported, with the same
+values in their old units, as deprecated aliases (:class:`_Aliased`): public names are added
+to, never taken away.
 
 For on-call: the process and Python collectors (``process_*``, ``python_*``),
 ``compactor_build_info``, per topic the time of the last ingest and cleaning commit of this
