@@ -43,7 +43,6 @@ from compactor.lake import fencing, log_commit, operations
 from compactor.lake.datafiles import (
     WrittenFile,
     add_action,
-    newest_record_ms,
     write_data_file,
 )
 from compactor.lake.layout import (
@@ -404,7 +403,8 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
             partitions=len(mine),
             next_offsets={r.partition: r.last_offset + 1 for r in mine},
             rejections=Rejections.combined([r.rejections for r in mine]),
-            newest_ms=newest_record_ms([f.stats for f in log_files]),
+            newest_ms=max((f.newest_ms for f in log_files if f.newest_ms is not None),
+                          default=None),
         )
     return stats
 

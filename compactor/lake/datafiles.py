@@ -43,6 +43,7 @@ class WrittenFile:
     # The write time to record, when not the commit's: a cleaned file keeps the latest write
     # time of the files it replaces, as Kafka keeps a cleaned segment's lastModified.
     modified_ms: int | None = None
+    newest_ms: int | None = None  # the newest record timestamp it holds (None: no timestamp)
 
 
 def add_action(f: WrittenFile, now_ms: int, data_change: bool = True) -> AddAction:
@@ -185,7 +186,8 @@ class DataFileBuilder:
         else:
             self._upload(relative)
         return WrittenFile(self._table, relative, size, self._partition_values,
-                           self._stats.json(), self._stats.records, self._record_bytes)
+                           self._stats.json(), self._stats.records, self._record_bytes,
+                           newest_ms=self._stats.hi.get("timestamp"))
 
     def _upload(self, relative: str) -> None:
         fs, path = self._storage.filesystem(join(self._root, relative))
@@ -220,14 +222,3 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
     if written is None:
         raise LakeError(f"refusing to write an empty data file under {table_root}/{directory}")
     return written
-
-
-def newest_record_ms(files_stats: list[str]) -> int | None:
-    """The newest record timestamp among data files' Delta statistics (JSON)."""
-    newest = None
-    for stats in files_stats:
-        stamp = json.loads(stats).get("maxValues", {}).get("timestamp")
-        if stamp:
-            ms = int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
-            newest = ms if newest is None else max(newest, ms)
-    return newest
