@@ -253,8 +253,11 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
                      ", ".join(typed.added))
     erased = drop_superseded(paths.rejected, newest, storage)
     moved = 0
-    if erase_moved and len(view.partitions) > 1:  # a key of one partition cannot have moved
-        rows = table_rows(table, newest.column("key").combine_chunks(), paths.table)
+    # Only a key whose newest record of the range is a tombstone can be erased elsewhere (the
+    # table holds values): the table is read only for those, and only when there are any.
+    erased_keys = newest.filter(pc.is_null(newest.column("value"))).column("key")
+    if erase_moved and len(view.partitions) > 1 and len(erased_keys):
+        rows = table_rows(table, erased_keys.combine_chunks(), paths.table)
         moved = drop_moved(view, moved_records(every, rows), storage, generation)
     # Decoding leaves records out, so a typed topic's MERGE source is its own reduction.
     source = newest if typed is None else latest_per_key(records)

@@ -11,13 +11,13 @@ and go from the log as the tombstone would make them go in its own partition. A 
 in another partition erases nothing: Kafka keeps both, and so does the log.
 
 The table's catch-up (:mod:`compactor.lake.latest_table`) finds these records before its MERGE,
-from the records of the range it merges and the table's rows of the range's keys (the key's
-newest record of every partition merged before). Per key seen in more than one partition whose
-newest record is a tombstone, each other partition gives (key, partition, offset): its highest
-offset of the key. :func:`drop_moved` drops every value of the key at or below that offset from
-that partition (:mod:`compactor.lake.key_erasure`, tombstones kept), before the MERGE commits: a
-crash in between leaves the table's rows and positions as they were, so the next catch-up
-finds the same records (already gone) and merges.
+from the records of the range it merges and the table's rows of the keys whose newest record in
+the range is a tombstone (the key's newest record of every partition merged before). Per key
+seen in more than one partition whose newest record is a tombstone, each other partition gives
+(key, partition, offset): its highest offset of the key. :func:`drop_moved` drops every value
+of the key at or below that offset from that partition (:mod:`compactor.lake.key_erasure`,
+tombstones kept), before the MERGE commits: a crash in between leaves the table's rows and
+positions as they were, so the next catch-up finds the same records (already gone) and merges.
 """
 
 from __future__ import annotations
