@@ -10,10 +10,11 @@ compaction delay under ``max.compaction.lag.ms``, partitions uncleanable). Erasu
 the erasure ledger, which keeps them for ``erasure.ledger.retention.ms``.
 
 Rows hold figures only, never a key or a value. They are appended every five minutes and at a
-clean stop (a crash loses at most those five minutes of history, never data); once an hour,
-rows older than ``history.retention.ms`` are deleted and the table's small files compacted,
-and its removed files are vacuumed at once (there is nothing personal in them to keep readers
-of old snapshots for).
+clean stop (a crash loses at most those five minutes of history, never data); once the table
+holds ``PRUNE_AT_FILES`` files (two hours of a running mirror, or as many ``run --once``),
+rows older than ``history.retention.ms`` are deleted, the files compacted into one, and the
+removed files vacuumed at once (there is nothing personal in them to keep readers of old
+snapshots for). The count comes from the table itself, so no run prunes at its start.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ HISTORY_SCHEMA = pa.schema([
 HISTORY_PROPERTIES = {"delta.dataSkippingStatsColumns": "minuteMs",
                       "delta.enableChangeDataFeed": "false", **LOG_HYGIENE}
 FLUSH_EVERY_S = 300.0
-PRUNE_EVERY_S = 3600.0
+PRUNE_AT_FILES = 24  # two hours of appends: then old minutes go and the files become one
 
 
 @dataclass
@@ -74,7 +75,6 @@ class History:
         self._clock = clock
         self._minutes: dict[tuple[str, int], Minute] = {}
         self._last_flush = clock()
-        self._last_prune = 0.0
 
     def _minute(self, topic: str, now_ms: int) -> Minute:
         start = now_ms - now_ms % 60_000
@@ -107,14 +107,9 @@ class History:
             m.uncleanable = sum(1 for t, _ in uncleanable if t == topic)
 
     def maybe_flush(self) -> None:
-        """Append what was collected, every five minutes; prune once an hour."""
-        now = self._clock()
-        if now - self._last_flush >= FLUSH_EVERY_S:
+        """Append what was collected, every five minutes."""
+        if self._clock() - self._last_flush >= FLUSH_EVERY_S:
             self.flush()
-        if now - self._last_prune >= PRUNE_EVERY_S:
-            self._last_prune = now
-            for topic in self._config.topics:
-                self._prune(topic, int(now * 1000))
 
     def flush(self) -> None:
         """Append the collected minutes (one commit per topic); a failure is logged, the rows
@@ -138,16 +133,22 @@ class History:
                 continue
             for k in mine:
                 del self._minutes[k]
+            self._prune(path)
 
-    def _prune(self, topic: str, now_ms: int) -> None:
-        keep_ms = self._config.history_retention_ms
-        path = history_path(self._config, topic)
+    def _prune(self, path: str) -> None:
+        """Once the table holds ``PRUNE_AT_FILES`` files (whatever the runs that wrote them):
+        delete the minutes older than ``history.retention.ms``, rewrite the files as one and
+        delete the old ones at once (figures only: no reader of an old snapshot to keep)."""
         table = open_table(path, self._config.storage)
-        if table is None or keep_ms < 0:
+        if table is None or len(table.file_uris()) < PRUNE_AT_FILES:
             return
+        keep_ms = self._config.history_retention_ms
         try:
-            table.delete(f"minuteMs < {now_ms - keep_ms}", commit_properties=operations.properties(
-                operations.PRUNE_HISTORY, f"minutes older than {keep_ms} ms removed"))
+            if keep_ms >= 0:
+                table.delete(f"minuteMs < {int(self._clock() * 1000) - keep_ms}",
+                             commit_properties=operations.properties(
+                                 operations.PRUNE_HISTORY, f"minutes older than {keep_ms} ms "
+                                 "removed"))
             table.optimize.compact(commit_properties=operations.properties(
                 operations.PRUNE_HISTORY, "small files of the history rewritten as few"))
             table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)

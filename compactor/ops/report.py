@@ -71,7 +71,7 @@ class TopicReport:
                       if e.done_ms is not None)
         return {
             "topic": self.topic, "since_ms": self.since_ms, "now_ms": self.now_ms,
-            "minutes": len(self.minutes),
+            "minutes": len({m.minuteMs for m in self.minutes}),  # two runs may share one
             "batches": sum(m.batches for m in self.minutes),
             "records": sum(m.records for m in self.minutes),
             "rejected": sum(m.rejected for m in self.minutes),

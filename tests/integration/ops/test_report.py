@@ -85,3 +85,36 @@ def test_since_names_its_rule(tmp_path: Path) -> None:
     done = compactor("report", "--config", str(conf), "--since", "yesterday")
     assert done.returncode == 2
     assert "--since='yesterday': must be a positive whole number with a unit" in done.stderr
+
+
+def test_the_history_keeps_its_retention_and_few_files(tmp_path: Path) -> None:
+    """Minutes older than history.retention.ms go, and the appends are compacted, once the
+    table holds PRUNE_AT_FILES files, whatever runs wrote them (no run prunes at start)."""
+    from deltalake import DeltaTable
+
+    from compactor.ops.history import PRUNE_AT_FILES, history_path
+
+    config = offline_config(str(tmp_path / "lake"), "t", cleanup_policy="compact",
+                            history_retention_ms=3_600_000)
+    clock = {"s": time.time() - 7200}  # two hours ago: past the retention by the end
+    history = History(config, clock=lambda: clock["s"])
+
+    def one_batch() -> None:
+        history.on_batch(0, {"t": BatchStats(records=1, record_bytes=10, rejected=0, files=1,
+                                             partitions=1)})
+        history.flush()
+
+    one_batch()
+    path = history_path(config, "t")
+    clock["s"] = time.time()
+    for _ in range(PRUNE_AT_FILES - 2):  # one short of the count: nothing is pruned yet
+        one_batch()
+    assert len(DeltaTable(path).file_uris()) == PRUNE_AT_FILES - 1
+    old_ms = int(time.time() * 1000) - 3_600_000
+    minutes = read_history(config, "t", 0)  # a row per append; a minute may have several
+    assert sum(m.batches for m in minutes if m.minuteMs < old_ms) == 1
+    one_batch()
+    assert len(DeltaTable(path).file_uris()) == 1
+    minutes = read_history(config, "t", 0)
+    assert all(m.minuteMs >= old_ms for m in minutes)  # the old minute gone
+    assert sum(m.batches for m in minutes) == PRUNE_AT_FILES - 1
