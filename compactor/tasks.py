@@ -7,25 +7,34 @@ dirty partitions) runs as at most one task per core, each doing its pieces in tu
 
 from __future__ import annotations
 
+import heapq
+
 
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
     """Indexes of ``sizes`` in at most ``groups`` groups of near-equal total size, largest
     first (longest processing time first), each group in index order; no group is empty."""
     count = max(1, min(groups, len(sizes)))
-    loads = [0] * count
     members: list[list[int]] = [[] for _ in range(count)]
+    # (load, members, group): the least loaded group, then the emptier, then the first.
+    heap = [(0, 0, g) for g in range(count)]
     for i in sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True):
-        least = min(range(count), key=lambda g: (loads[g], len(members[g])))
+        load, n, least = heapq.heappop(heap)
         members[least].append(i)
-        loads[least] += sizes[i]
+        heapq.heappush(heap, (load + sizes[i], n + 1, least))
     return [sorted(m) for m in members if m]
 
 
-def task_count(sizes: list[int], cores: int, min_tasks: int = 0, max_size: int = 0) -> int:
-    """How many tasks share out work of ``sizes``: one per core, at least ``min_tasks``, and
-    enough that none holds more than ``max_size`` (0: no bound) when the pieces allow it;
-    never more than the pieces (a piece is not cut)."""
-    wanted = max(1, cores, min_tasks)
+def task_groups(sizes: list[int], cores: int, min_tasks: int = 0,
+                max_size: int = 0) -> list[list[int]]:
+    """:func:`balanced_groups` of ``sizes`` for Spark tasks: one per core, at least
+    ``min_tasks``, and enough that none holds more than ``max_size`` (0: no bound) as far as
+    whole pieces allow (a piece is not cut); never more groups than pieces."""
+    count = max(1, cores, min_tasks)
     if max_size > 0:
-        wanted = max(wanted, -(-sum(sizes) // max_size))
-    return max(1, min(wanted, len(sizes)))
+        count = max(count, -(-sum(sizes) // max_size))
+    while True:
+        groups = balanced_groups(sizes, count)
+        if (max_size <= 0 or count >= len(sizes)
+                or max(sum(sizes[i] for i in g) for g in groups) <= max_size):
+            return groups
+        count += max(1, count // 4)  # balancing by size can miss the bound: more groups

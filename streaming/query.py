@@ -32,7 +32,7 @@ from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import log_view
 from compactor.positions import query_checkpoint
-from compactor.tasks import balanced_groups, task_count
+from compactor.tasks import task_groups
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_ranges
@@ -146,9 +146,9 @@ class Mirror:
         # first, so that no core idles while another writes a large range.
         context = self.spark.sparkContext
         sizes = [p.end - p.start for p in plans]
-        groups = [[plans[i] for i in g] for g in balanced_groups(sizes, task_count(
+        groups = [[plans[i] for i in g] for g in task_groups(
             sizes, context.defaultParallelism, self.config.min_partitions,
-            self.config.max_records_per_partition))]
+            self.config.max_records_per_partition)]
         groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
         results = (
             context.parallelize(groups, len(groups))

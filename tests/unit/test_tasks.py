@@ -13,13 +13,19 @@ def test_ranges_are_grouped_into_one_task_per_core_by_records() -> None:
     assert balanced_groups([0, 0, 0, 0], 2) == [[0, 2], [1, 3]]  # idle ranges share out
 
 
-def test_task_count_follows_cores_then_spark_s_two_options() -> None:
-    from compactor.tasks import task_count
+def test_task_groups_follow_cores_then_spark_s_two_options() -> None:
+    from compactor.tasks import task_groups
+
+    def loads(sizes: list[int], *args: int) -> list[int]:
+        return sorted(sum(sizes[i] for i in g) for g in task_groups(sizes, *args))
 
     sizes = [100] * 8
-    assert task_count(sizes, 2) == 2  # one per core
-    assert task_count(sizes, 2, min_tasks=5) == 5  # minPartitions
-    assert task_count(sizes, 2, max_size=150) == 6  # maxRecordsPerPartition: 800 / 150
-    assert task_count(sizes, 2, min_tasks=50) == 8  # a range is never cut
-    assert task_count(sizes, 2, max_size=10) == 8
-    assert task_count([], 2) == 1
+    assert len(task_groups(sizes, 2)) == 2  # one per core
+    assert len(task_groups(sizes, 2, 5)) == 5  # minPartitions
+    assert len(task_groups(sizes, 2, 0, 150)) == 8  # maxRecordsPerPartition: no pair fits 150
+    assert loads(sizes, 2, 0, 200) == [200] * 4
+    assert len(task_groups(sizes, 2, 50)) == 8  # a range is never cut
+    assert loads([500, 10, 10], 1, 0, 100) == [10, 10, 500]  # nor a large one
+    # Balancing by size alone puts 7+6+6 in one of two groups: the bound asks for a third.
+    assert max(loads([7, 7, 6, 6, 6], 1, 0, 16)) <= 16
+    assert task_groups([], 2) == []

@@ -146,7 +146,7 @@ def test_min_partitions_and_max_records_set_the_number_of_write_tasks(
     """Spark's minPartitions and maxRecordsPerPartition for the mirror: more, smaller tasks
     than one per core, the records still exactly once."""
     runs = {}
-    for option, value in (("min_partitions", "7"), ("max_records_per_partition", "15"),
+    for option, value in (("min_partitions", "7"), ("max_records_per_partition", "25"),
                           (None, None)):
         topic = topic_factory(7, {"cleanup.policy": "delete"})
         produce(broker.bootstrap_servers, topic,
@@ -158,5 +158,6 @@ def test_min_partitions_and_max_records_set_the_number_of_write_tasks(
         runs[option] = {n for i, n in _stages(spark).items() if i not in before}
     cores = spark.sparkContext.defaultParallelism
     assert 7 in runs["min_partitions"]
-    assert 5 in runs["max_records_per_partition"]  # 70 records / 15, rounded up
+    # 7 ranges of 10 records, at most 25 a task: three tasks cannot hold them, four can.
+    assert 4 in runs["max_records_per_partition"]
     assert max(runs[None]) == cores  # one task per core by default
