@@ -38,7 +38,7 @@ from compactor.formats.records import decode_records, decoders_for, first_failur
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake import fencing, operations
 from compactor.lake.latest_table import catch_up
-from compactor.lake.layout import open_table, topic_paths
+from compactor.lake.layout import open_table, read_table, topic_paths
 from compactor.lake.log_follower import log_view
 from compactor.lake.rejected import TYPE_CHANGE, UNDECODABLE, rejection_kind
 from compactor.lake.storage import Storage, failure
@@ -77,7 +77,7 @@ def _obsolete_dead_letters(path: str, formats: TopicFormat | None, topic: str,
     table = open_table(path, storage)
     if table is None:
         return None
-    rows = table.to_pyarrow_table()
+    rows = read_table(table)
     if rows.num_rows == 0:
         return rows.select(["partition", "offset"])
     kinds = [rejection_kind(r) for r in rows.column("reason").to_pylist()]
