@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,21 @@ def _start(conf: Path, cwd: Path) -> subprocess.Popen[str]:
         start_new_session=True)
 
 
+def _signalled(proc: subprocess.Popen[str], ready: Callable[[], bool], what: str,
+               *signals: int, wait_s: float = 180, timeout: float = 120) -> str:
+    """Once ``ready``, send ``signals`` to the run's whole group (driver, JVM and workers
+    alike), in order; its stderr once it ended (a run still going then is killed)."""
+    try:
+        wait_until(ready, wait_s, what)
+        for signum in signals:
+            os.killpg(proc.pid, signum)
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return stderr
+
+
 def _mirrored(lake: Path, topic: str, n: int) -> bool:
     log = lake / topic / "log"
     return (log / "_delta_log").exists() and len(lake_offsets(str(log))) >= n
@@ -54,13 +70,8 @@ def test_a_signal_to_the_process_group_stops_after_the_commit_exit_0(
     topic = topic_factory(2, {"cleanup.policy": "compact"})
     produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", i % 2) for i in range(300)])
     proc = _start(_config(tmp_path, broker, topic), tmp_path)
-    try:
-        wait_until(lambda: _mirrored(tmp_path / "lake", topic, 300), 180, "the first records")
-        os.killpg(proc.pid, signum)  # the whole group: driver, JVM and workers alike
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = _signalled(proc, lambda: _mirrored(tmp_path / "lake", topic, 300),
+                        "the first records", signum)
     assert proc.returncode == 0, stderr[-3000:]
     lines = _product_lines(stderr)
     assert len(lines) == 1 and f"received {signal.Signals(signum).name}" in lines[0], lines
@@ -73,18 +84,11 @@ def test_a_second_signal_stops_at_once_with_exit_130(broker, topic_factory, tmp_
     topic = topic_factory(1, {"cleanup.policy": "compact"})
     produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
     proc = _start(_config(tmp_path, broker, topic), tmp_path)
-    try:
-        wait_until(lambda: _mirrored(tmp_path / "lake", topic, 1), 180, "the first record")
-        # Two signals while the driver is held, so the first cannot finish before the second
-        # arrives (two of one kind would merge into one pending signal).
-        os.killpg(proc.pid, signal.SIGSTOP)
-        os.killpg(proc.pid, signal.SIGINT)
-        os.killpg(proc.pid, signal.SIGTERM)
-        os.killpg(proc.pid, signal.SIGCONT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    # Two signals while the driver is held, so the first cannot finish before the second
+    # arrives (two of one kind would merge into one pending signal).
+    stderr = _signalled(proc, lambda: _mirrored(tmp_path / "lake", topic, 1), "the first record",
+                        signal.SIGSTOP, signal.SIGINT, signal.SIGTERM, signal.SIGCONT,
+                        timeout=60)
     assert proc.returncode == 130, stderr[-3000:]
     assert ": stopping now, without waiting for the current commit" in stderr
     assert "Traceback" not in stderr
@@ -142,14 +146,9 @@ def test_ctrl_c_during_start_up_stops_quietly(broker, topic_factory, tmp_path) -
     line says so, the run exits 0, and no traceback follows."""
     topic = topic_factory(1, {"cleanup.policy": "compact"})
     proc = _start(_config(tmp_path, broker, topic), tmp_path)
-    try:
-        wait_until(lambda: (tmp_path / "lake" / topic / "log" / "_delta_log").exists(), 120,
-                   "the run to claim its log (Spark is starting)")
-        os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = _signalled(proc, (tmp_path / "lake" / topic / "log" / "_delta_log").exists,
+                        "the run to claim its log (Spark is starting)", signal.SIGINT,
+                        wait_s=120)
     assert proc.returncode == 0, stderr[-3000:]
     lines = _product_lines(stderr)
     assert len(lines) == 1 and "received SIGINT" in lines[0], lines
