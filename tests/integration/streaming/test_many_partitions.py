@@ -20,7 +20,8 @@ from deltalake import DeltaTable
 
 from compactor.demo.workload import Record, produce
 from tests.conftest import overrides_for, wait_until
-from tests.integration.test_faults import committed, in_flight
+from tests.integration.faults.aims import in_flight
+from tests.integration.faults.truth import committed
 
 PARTITIONS = 200
 # Kafka keeps each partition in send order only with idempotence: without it a retried batch
