@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from compactor.config import CompactorConfig, DownstreamTable
+from compactor.erasure.downstream import physical_column
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import LakeError
 from compactor.lake.layout import open_table, topic_paths
@@ -280,6 +281,8 @@ def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadlin
     if mapped is None:
         return []
     fs, root, files = _files(storage, d.path)
+    table_now = open_table(d.path, storage)
+    column_name = d.key_column if table_now is None else physical_column(table_now, d.key_column)
     needle = mapped if isinstance(mapped, bytes) else str(mapped).encode()
     traces = []
     for path in files:
@@ -290,12 +293,12 @@ def _downstream_traces(storage: Storage, d: DownstreamTable, key: bytes, deadlin
                 table = _plain(pq.read_table(f"{root}/{path}", filesystem=fs))
             except Exception:
                 continue
-            if d.key_column not in table.column_names:  # a checkpoint of its transaction log
+            if column_name not in table.column_names:  # a checkpoint of its transaction log
                 if _parquet_holds(fs, f"{root}/{path}", needle):
                     traces.append(Trace(label, f"downstream:{d.name}", None, None,
                                         "key bytes in a non-data file", None, True))
                 continue
-            column = table.column(d.key_column)
+            column = table.column(column_name)
             hits = pc.sum(pc.equal(column, pa.scalar(mapped).cast(column.type))).as_py()
             if hits:
                 traces.append(Trace(label, f"downstream:{d.name}", None, None,

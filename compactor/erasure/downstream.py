@@ -66,6 +66,7 @@ def check_downstream(config: CompactorConfig) -> None:
             raise ConfigError(f"downstream.{d.name}.key.column", d.key_column,
                               f"is not a column of {d.path}", f"columns: {', '.join(names)}")
         props = table.metadata().configuration
+        _check_features(d, key, table, props)
         _check_statistics(d, key, table, props)
         tc = config.topic(d.topic)
         if not tc.erasure_deadline:
@@ -86,6 +87,49 @@ def check_downstream(config: CompactorConfig) -> None:
                 "change-data files past the erasure deadline",
                 "set delta.enableChangeDataFeed=false on that table",
             )
+
+
+# Table features a delta-rs MERGE handles in a table Spark wrote, each tried with delta-spark's
+# tables in the tests (change data feed is refused apart when on: see check_downstream).
+WRITABLE_FEATURES = frozenset({"appendOnly", "invariants", "changeDataFeed", "columnMapping"})
+
+
+def _check_features(d: DownstreamTable, key: str, table: DeltaTable,
+                    props: Mapping[str, str]) -> None:
+    """Refuse a table the mirror's deletes cannot write correctly."""
+    protocol = table.protocol()
+    features = set(protocol.writer_features or []) | set(protocol.reader_features or [])
+    if "deletionVectors" in features:
+        raise ConfigError(
+            key, d.path,
+            "uses deletion vectors (table feature deletionVectors), which delta-rs, the "
+            "mirror's writer, cannot read: its deletes would bring back rows a deletion "
+            "vector hides",
+            "on that table run ALTER TABLE ... SET TBLPROPERTIES "
+            "('delta.enableDeletionVectors' = false), REORG TABLE ... APPLY (PURGE) and "
+            "ALTER TABLE ... DROP FEATURE deletionVectors",
+        )
+    other = sorted(features - WRITABLE_FEATURES)
+    if other:
+        raise ConfigError(
+            key, d.path,
+            f"needs table feature(s) {', '.join(other)}, which the mirror's deletes "
+            "(delta-rs) are not known to write correctly",
+            f"drop them from that table, or point downstream.{d.name} at a table with only "
+            f"{', '.join(sorted(WRITABLE_FEATURES))}",
+        )
+    if props.get("delta.appendOnly", "false").lower() == "true":
+        raise ConfigError(key, d.path, "is append-only (delta.appendOnly=true): no row of it "
+                          "can be deleted", "set delta.appendOnly=false on that table")
+
+
+def physical_column(table: DeltaTable, column: str) -> str:
+    """The name ``column`` has in the table's data files: its own, or under column mapping
+    the physical name Delta gave it."""
+    for f in table.schema().fields:
+        if f.name == column:
+            return str(f.metadata.get("delta.columnMapping.physicalName", column))
+    return column
 
 
 def statistics_columns(table: DeltaTable, props: Mapping[str, str]) -> list[str]:

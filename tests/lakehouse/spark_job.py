@@ -9,6 +9,10 @@ Jobs:
   Structured Streaming as the docs recommend (``skipChangeCommits``), touching ``file`` once
   its first micro-batch is done, until N rows arrived or S seconds passed; the (partition,
   offset) of every row seen, and the query's exception if it failed.
+- ``{"create": {path: {"properties": {...}, "partition_by": [...]}}}``: create a downstream
+  table of four users (``user_id``, ``plan``, ``region``, ``email``) with delta-spark; per
+  table its protocol (``DESCRIBE DETAIL``'s reader and writer versions and features).
+- ``{"keys": {path: column}}``: per table the sorted values of ``column`` delta-spark reads.
 """
 
 from __future__ import annotations
@@ -80,11 +84,45 @@ def stream(spark: SparkSession, path: str, seconds: float, until: int,
             "batches": len(query.recentProgress)}
 
 
+USERS = [("u1", "free", "eu", "SECRET-u1"), ("u2", "pro", "us", "SECRET-u2"),
+         ("u3", "pro", "eu", "SECRET-u3"), ("u4", "team", "us", "SECRET-u4")]
+
+
+def create(spark: SparkSession, tables: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, spec in tables.items():
+        writer = (spark.createDataFrame(USERS, "user_id STRING, plan STRING, region STRING, "
+                                               "email STRING").coalesce(1)
+                  .write.format("delta"))
+        for key, value in spec.get("properties", {}).items():
+            writer = writer.option(key, value)
+        if spec.get("partition_by"):
+            writer = writer.partitionBy(*spec["partition_by"])
+        writer.save(path)
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in spec.get("properties", {}).items())
+        if props:  # table properties, not only the write's options
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({props})")
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0].asDict()
+        out[path] = {k: detail.get(k) for k in ("minReaderVersion", "minWriterVersion",
+                                                  "tableFeatures", "partitionColumns")}
+    return out
+
+
+def keys(spark: SparkSession, tables: dict[str, str]) -> dict[str, Any]:
+    return {path: sorted(r[0] for r in spark.read.format("delta").load(path)
+                         .select(column).collect())
+            for path, column in tables.items()}
+
+
 def main() -> None:
     job = json.loads(sys.argv[1])
     spark = session()
     if "batch" in job:
         result = batch(spark, job["batch"])
+    elif "create" in job:
+        result = create(spark, job["create"])
+    elif "keys" in job:
+        result = keys(spark, job["keys"])
     else:
         result = stream(spark, job["stream"], job["seconds"], job["until"], job["ready"])
     print(json.dumps(result))
