@@ -225,7 +225,8 @@ class Mirror:
                                   self.config.format(topic),
                                   generation=self.generations.get(topic),
                                   erase_moved=self.config.cleaner.enable
-                                  and self.config.topic(topic).compact)
+                                  and self.config.topic(topic).compact,
+                                  change_feed=self.config.topic(topic).table_change_data_feed)
                 for timing in self.timings:
                     timing("merge", time.monotonic() - merge_started)
                 if merged.tombstones:

@@ -433,6 +433,8 @@ class LogMaintenance:
                 try:
                     deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep,
                                                     tidy=path in ours and idle))
+                    if path == paths.table:
+                        deleted += len(self._vacuum.change_data(path, grace, now_ms))
                 except LakeError as exc:
                     log.warning("%s", exc)
         return deleted

@@ -6,7 +6,10 @@ any Delta tool vacuuming the table honours the same grace. Files no commit ever 
 (a pass or batch that died before committing) are deleted once they are
 ``ORPHAN_AGE_HOURS`` (or the grace, if longer) old: younger ones may belong to a commit still
 being prepared. A running service, which knows when none of its commits is being prepared,
-also deletes orphans of erasure-deadline topics once they pass the grace.
+also deletes orphans of erasure-deadline topics once they pass the grace. A change data feed's
+files (``_change_data``, which no remove action ever names) are deleted once they are older
+than the grace, as Delta's own VACUUM treats them: the feed reaches back the grace, and the
+values in it leave on the same schedule as any removed file's.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
 from compactor.lake import operations
-from compactor.lake.layout import LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
+from compactor.lake.layout import CHANGE_DATA_DIR, LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
 from compactor.lake.storage import Storage, failure, is_local, local_path
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,26 @@ class Vacuum:
         infos = fs.get_file_info([f"{root.rstrip('/')}/{f}" for f in listed])
         return [f for f, info in zip(listed, infos, strict=True)
                 if info.type != pafs.FileType.NotFound]
+
+    def change_data(self, path: str, grace_ms: int, now_ms: int | None = None) -> list[str]:
+        """Delete the table's change data files written more than ``grace_ms`` ago; their
+        paths."""
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        try:
+            fs, root = self._storage.filesystem(f"{path.rstrip('/')}/{CHANGE_DATA_DIR}")
+            if fs.get_file_info(root).type == pafs.FileType.NotFound:
+                return []
+            old = [i.path for i in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+                   if i.type == pafs.FileType.File
+                   and (i.mtime_ns or 0) // 1_000_000 + grace_ms + _VACUUM_SLACK_MS < now]
+            for f in old:
+                fs.delete_file(f)
+        except Exception as exc:
+            raise LakeError(f"vacuum of the change data of {path} failed: "
+                            f"{failure(path, exc)}") from exc
+        if old:
+            log.info("vacuum %s: deleted %d change data files", path, len(old))
+        return old
 
     def run(self, path: str, grace_ms: int, dry_run: bool = False,
             orphans_past_grace: bool = False, tidy: bool = False) -> list[str]:

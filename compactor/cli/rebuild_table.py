@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def command(args: argparse.Namespace) -> int:
     from compactor.config import load_config
+    from compactor.config.resolve import resolve_topic
     from compactor.exceptions import ConfigError
     from compactor.lake.table_rebuild import rebuild_table
 
@@ -38,8 +39,10 @@ def command(args: argparse.Namespace) -> int:
     if args.topic not in config.topics:  # no broker asked: the log is all a rebuild reads
         raise ConfigError("--topic", args.topic, "is not one of the configured topics",
                           f"topics={','.join(config.topics)}")
+    # table.change.data.feed is the product's own key: the file says it, no broker needed.
+    change_feed = resolve_topic(config, args.topic, {}).table_change_data_feed
     result = rebuild_table(config.lake_path, args.topic, config.storage,
-                           config.format(args.topic), args.batch)
+                           config.format(args.topic), args.batch, change_feed)
     if args.json:
         print(json.dumps(asdict(result)))
     else:

@@ -107,6 +107,10 @@ TOPIC_KEYS = _table(
     # it (Kafka's retention.ms default, 7 days); -1 keeps every erasure for ever.
     Key("erasure.ledger.retention.ms", "erasure_ledger_retention_ms", parse_int, at_least(-1),
         604800000, "log.erasure.ledger.retention.ms", kafka=False),
+    # Not a Kafka key: a Delta change data feed on the latest-value table (readChangeFeed),
+    # its change files deleted vacuum.grace.ms after they were written.
+    Key("table.change.data.feed", "table_change_data_feed", _bool, _any, False,
+        "log.table.change.data.feed", kafka=False),
 )
 # Kafka's coarser broker keys, used when the *.ms key is absent (ms wins, then minutes, hours).
 BROKER_ALIASES: Mapping[str, tuple[tuple[str, int], ...]] = {

@@ -33,6 +33,7 @@ class TopicConfig:
     retention_bytes: int = default(TOPIC_KEYS, "retention.bytes")
     vacuum_grace: int = default(TOPIC_KEYS, "vacuum.grace.ms")  # -1: see vacuum_grace_ms
     erasure_ledger_retention_ms: int = default(TOPIC_KEYS, "erasure.ledger.retention.ms")
+    table_change_data_feed: bool = default(TOPIC_KEYS, "table.change.data.feed")
     # key -> where its value came from: "topic override", "file", "broker", "broker default",
     # "kafka default". Shown by describe-config.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

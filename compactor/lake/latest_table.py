@@ -55,6 +55,7 @@ from compactor.formats.records import decode_records, decoders_for
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake import operations
 from compactor.lake.layout import (
+    CHANGE_FEED,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
     topic_paths,
@@ -199,22 +200,41 @@ def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], pat
     return deleted
 
 
+def _ensure_latest(path: str, storage: Storage, change_feed: bool) -> DeltaTable:
+    """``L/T/table``, created or switched to keep a change data feed as configured."""
+    wanted = "true" if change_feed else "false"
+    table = ensure_table(path, KAFKA_SCHEMA, None, {
+        **TABLE_PROPERTIES_LATEST, CHANGE_FEED: wanted}, storage=storage)
+    if table.metadata().configuration.get(CHANGE_FEED, "false") != wanted:
+        try:
+            table.alter.set_table_properties({CHANGE_FEED: wanted}, commit_properties=(
+                operations.properties(operations.SET_PROPERTIES,
+                                      f"change data feed {'on' if change_feed else 'off'} "
+                                      "(table.change.data.feed)")))
+        except Exception as exc:
+            raise LakeError(f"cannot set {CHANGE_FEED}={wanted} on {path}: "
+                            f"{failure(path, exc)}") from exc
+        table = storage.table(path)
+    return table
+
+
 def catch_up(lake_path: str, topic: str, storage: Storage,
              formats: TopicFormat | None = None, now_ms: int = 0,
              generation: int | None = None, partitions: Collection[int] | None = None,
-             max_records: int = 0, erase_moved: bool = False) -> LatestStats:
+             max_records: int = 0, erase_moved: bool = False,
+             change_feed: bool = False) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4), under the caller's
     commit lock; ``generation`` is the run's writer generation of the log (fencing).
     ``partitions`` and ``max_records`` (offsets per partition, 0: all) bound one call's
     work: a rebuild catches up in steps of bounded memory. ``erase_moved``: drop from the log
     the values of keys whose tombstone is in another partition (a compacted topic whose
-    cleaner runs; :mod:`compactor.lake.moved_keys`)."""
+    cleaner runs; :mod:`compactor.lake.moved_keys`). ``change_feed``: the table keeps a Delta
+    change data feed (``table.change.data.feed``)."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
     if view is None:
         return LatestStats()
-    table = ensure_table(paths.table, KAFKA_SCHEMA, None, TABLE_PROPERTIES_LATEST,
-                         storage=storage)
+    table = _ensure_latest(paths.table, storage, change_feed)
     retained = drop_retained(table, view.partitions, paths.table, topic)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []

@@ -59,9 +59,12 @@ TABLE_PROPERTIES = {
     "delta.enableChangeDataFeed": "false",
     **LOG_HYGIENE,
 }
+CHANGE_FEED = "delta.enableChangeDataFeed"
+# Where Delta writers put the change data feed's files, inside the table's folder.
+CHANGE_DATA_DIR = "_change_data"
 TABLE_PROPERTIES_LATEST = {
     "delta.dataSkippingStatsColumns": "partition,offset,timestamp",
-    "delta.enableChangeDataFeed": "false",
+    CHANGE_FEED: "false",
     **LOG_HYGIENE,
 }
 

@@ -117,8 +117,9 @@ def _drop_dead_letters(path: str, doomed: pa.Table, partitions: list[int], topic
 
 
 def rebuild_table(lake_path: str, topic: str, storage: Storage,
-                  formats: TopicFormat | None, batch: int = 100_000) -> Rebuilt:
-    """Steps 1-4 for ``topic``."""
+                  formats: TopicFormat | None, batch: int = 100_000,
+                  change_feed: bool = False) -> Rebuilt:
+    """Steps 1-4 for ``topic``; ``change_feed`` as ``table.change.data.feed``."""
     started = time.monotonic()
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
@@ -135,7 +136,8 @@ def rebuild_table(lake_path: str, topic: str, storage: Storage,
     for partition in partitions:
         while True:
             stats = catch_up(lake_path, topic, storage, formats, generation=generation,
-                             partitions=[partition], max_records=batch)
+                             partitions=[partition], max_records=batch,
+                             change_feed=change_feed)
             records += stats.records
             if not stats.merged_upto:
                 break
