@@ -50,6 +50,7 @@ from compactor.ops.history import History
 from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
+from streaming.catalog import register_tables
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Service:
         if run.metrics is not None:
             run.metrics.alive = lambda: bool(query.isActive)
         self._recover(run.mirror)
+        register_tables(run.mirror.spark, self.config)  # the table exists once recovered
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
         try:

@@ -33,6 +33,17 @@ def _any(_: Any) -> str | None:
     return None
 
 
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def _identifier(value: str) -> str | None:
+    return None if _IDENTIFIER.match(value) else "must be letters, digits and '_' only"
+
+
+def _identifier_or_empty(value: str) -> str | None:
+    return None if not value else _identifier(value)
+
+
 def _policy(value: str) -> frozenset[str]:
     parts = frozenset(p.strip() for p in value.split(",") if p.strip())
     if not parts or not parts <= {"compact", "delete"}:
@@ -148,6 +159,11 @@ PIPELINE_KEYS = _table(
     # How stale the latest-value table may get: 0 MERGEs after every micro-batch, N at most
     # every N ms; -1 (default) is 10 s, shortened to what a topic's erasure deadline allows.
     Key("table.merge.interval.ms", "table_merge_interval_ms", parse_int, at_least(-1), -1),
+    # Register each topic's log and latest-value table in the Spark session's catalog at
+    # start, as <catalog.table.prefix><topic>_log and _table in catalog.database.
+    Key("catalog.register", "catalog_register", _bool, _any, False),
+    Key("catalog.database", "catalog_database", str.strip, _identifier, "default"),
+    Key("catalog.table.prefix", "catalog_table_prefix", str.strip, _identifier_or_empty, ""),
     # Prometheus metrics of 'compactor run' on this port (0 = off).
     Key("metrics.port", "metrics_port", parse_int, _between(0, 65535), 0),
     # How long L/T/history keeps its minutes (compactor report); -1 keeps them for ever.

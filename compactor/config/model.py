@@ -225,6 +225,9 @@ class CompactorConfig:
     fail_on_data_loss: bool = default(PIPELINE_KEYS, "fail.on.data.loss")
     # -1: TABLE_MERGE_DEFAULT_MS within the deadline
     table_merge_interval_ms: int = default(PIPELINE_KEYS, "table.merge.interval.ms")
+    catalog_register: bool = default(PIPELINE_KEYS, "catalog.register")
+    catalog_database: str = default(PIPELINE_KEYS, "catalog.database")
+    catalog_table_prefix: str = default(PIPELINE_KEYS, "catalog.table.prefix")
     metrics_port: int = default(PIPELINE_KEYS, "metrics.port")
     commit_offsets: bool = default(PIPELINE_KEYS, "commit.offsets")  # for lag tools
     group_id: str = default(PIPELINE_KEYS, "group.id")

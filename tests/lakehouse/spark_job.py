@@ -13,6 +13,8 @@ Jobs:
   table of four users (``user_id``, ``plan``, ``region``, ``email``) with delta-spark; per
   table its protocol (``DESCRIBE DETAIL``'s reader and writer versions and features).
 - ``{"keys": {path: column}}``: per table the sorted values of ``column`` delta-spark reads.
+- ``{"catalog": {"conf": {...}, "database": db}}``: with the extra session settings (a Hive
+  metastore), the tables of ``db`` and per table its row count and location.
 - ``{"changes": path}``: the table's change data feed from version 0 (``readChangeFeed``):
   [version, change type, key, value] per row, or the error when Spark cannot read it.
 """
@@ -29,7 +31,7 @@ from delta import configure_spark_with_delta_pip
 from pyspark.sql import SparkSession
 
 
-def session() -> SparkSession:
+def session(extra: dict[str, str] | None = None) -> SparkSession:
     builder = (SparkSession.builder.master("local[2]").appName("delta-spark-reader")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
@@ -37,6 +39,10 @@ def session() -> SparkSession:
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog",
                        "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    if extra and "spark.sql.catalogImplementation" in extra:
+        builder = builder.enableHiveSupport()
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -127,15 +133,27 @@ def changes(spark: SparkSession, path: str) -> dict[str, Any]:
     return {"rows": sorted([r[0], r[1], r[2], r[3]] for r in rows), "error": None}
 
 
+def catalog(spark: SparkSession, database: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in spark.sql(f"SHOW TABLES IN `{database}`").collect():
+        name = f"{database}.{row['tableName']}"
+        detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0].asDict()
+        out[name] = {"rows": spark.table(name).count(), "location": detail["location"],
+                     "format": detail["format"]}
+    return out
+
+
 def main() -> None:
     job = json.loads(sys.argv[1])
-    spark = session()
+    spark = session(job["catalog"]["conf"] if "catalog" in job else None)
     if "batch" in job:
         result = batch(spark, job["batch"])
     elif "create" in job:
         result = create(spark, job["create"])
     elif "keys" in job:
         result = keys(spark, job["keys"])
+    elif "catalog" in job:
+        result = catalog(spark, job["catalog"]["database"])
     elif "changes" in job:
         result = changes(spark, job["changes"])
     else:
