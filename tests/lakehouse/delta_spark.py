@@ -43,12 +43,13 @@ def python() -> Path:
     return exe
 
 
-def start_job(job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Start ``spark_job.py`` with ``job`` under delta-spark (:func:`job_result` ends it)."""
+def start_job(job: dict[str, Any], script: Path = JOB) -> subprocess.Popen[str]:
+    """Start ``script`` (``spark_job.py``) with ``job`` under delta-spark (:func:`job_result`
+    ends it)."""
     env = {**os.environ, "DELTA_SPARK_IVY": str(cache_dir() / "ivy")}
     for inherited in ("PYSPARK_PYTHON", "SPARK_HOME", "PYTHONPATH"):  # the project's Spark
         env.pop(inherited, None)
-    return subprocess.Popen([str(python()), str(JOB), json.dumps(job)], stdout=subprocess.PIPE,
+    return subprocess.Popen([str(python()), str(script), json.dumps(job)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
