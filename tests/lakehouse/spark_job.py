@@ -8,7 +8,9 @@ Jobs:
 - ``{"stream": path, "seconds": S, "until": N, "ready": file}``: follow the table with
   Structured Streaming as the docs recommend (``skipChangeCommits``), touching ``file`` once
   its first micro-batch is done, until N rows arrived or S seconds passed; the (partition,
-  offset) of every row seen, and the query's exception if it failed.
+  offset) of every row seen, and the query's exception if it failed. With ``"change_feed":
+  true`` it follows the table's change data feed instead: [version, change type, key, value]
+  per row; with ``"stop": file`` it ends once ``file`` exists and all was processed.
 - ``{"create": {path: {"properties": {...}, "partition_by": [...]}}}``: create a downstream
   table of four users (``user_id``, ``plan``, ``region``, ``email``) with delta-spark; per
   table its protocol (``DESCRIBE DETAIL``'s reader and writer versions and features).
@@ -71,11 +73,17 @@ def batch(spark: SparkSession, tables: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def stream(spark: SparkSession, path: str, seconds: float, until: int,
-           ready: str) -> dict[str, Any]:
-    query = (spark.readStream.format("delta").option("skipChangeCommits", "true").load(path)
-             .select("partition", "offset").writeStream.format("memory").queryName("seen")
-             .trigger(processingTime="1 second").start())
+def stream(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    path, seconds, until, ready = job["stream"], job["seconds"], job["until"], job["ready"]
+    if job.get("change_feed"):
+        columns = ["_commit_version", "_change_type", "CAST(key AS STRING) AS k",
+                   "CAST(value AS STRING) AS v"]
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true")
+    else:
+        columns = ["partition", "offset"]
+        reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
+    query = (reader.load(path).selectExpr(*columns).writeStream.format("memory")
+             .queryName("seen").trigger(processingTime="1 second").start())
     deadline = time.monotonic() + seconds
     error = None
     while time.monotonic() < deadline:
@@ -84,12 +92,17 @@ def stream(spark: SparkSession, path: str, seconds: float, until: int,
         if query.exception() is not None:
             error = str(query.exception())
             break
+        if job.get("stop") and os.path.exists(job["stop"]):
+            query.processAllAvailable()  # everything committed before the stop was asked
+            break
         if spark.sql("SELECT count(*) AS n FROM seen").collect()[0]["n"] >= until:
             break
         time.sleep(1)
     query.stop()
-    return {"seen": positions(spark.sql("SELECT * FROM seen")), "error": error,
-            "batches": len(query.recentProgress)}
+    rows = spark.sql("SELECT * FROM seen")
+    seen = (sorted([list(r) for r in rows.collect()], key=lambda r: (r[0], str(r[1:])))
+            if job.get("change_feed") else positions(rows))
+    return {"seen": seen, "error": error, "batches": len(query.recentProgress)}
 
 
 USERS = [("u1", "free", "eu", "SECRET-u1"), ("u2", "pro", "us", "SECRET-u2"),
@@ -157,7 +170,7 @@ def main() -> None:
     elif "changes" in job:
         result = changes(spark, job["changes"])
     else:
-        result = stream(spark, job["stream"], job["seconds"], job["until"], job["ready"])
+        result = stream(spark, job)
     print(json.dumps(result))
 
 
