@@ -127,7 +127,7 @@ def main() -> None:
             running.wait(120)
 
         job = start_job({"bootstrap": broker.bootstrap_servers, "topic": topic,
-                         "master": "local[2]", "spark_version": "4.2.0",
+                         "spark_version": "4.2.0",
                          "per_trigger": per_trigger,
                          "raw": str(work / "raw"), "latest": str(work / "latest"),
                          "checkpoints": str(work / "spark-ckpt")},

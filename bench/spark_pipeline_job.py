@@ -9,30 +9,24 @@ line: the seconds from the session's start to both queries' end, and the micro-b
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from delta import configure_spark_with_delta_pip
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import Window
 from pyspark.sql import functions as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lakehouse"))
+from spark_job import session  # noqa: E402  (the tests' delta-spark session)
 
 
 def main() -> None:
     job = json.loads(sys.argv[1])
     started = time.monotonic()
-    builder = (SparkSession.builder.master(job["master"]).appName("spark-kafka-delta")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.jars.ivy", os.environ["DELTA_SPARK_IVY"])
-               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-               .config("spark.sql.catalog.spark_catalog",
-                       "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
-    spark = configure_spark_with_delta_pip(builder, extra_packages=[
-        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{job['spark_version']}"]).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session(packages=[
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{job['spark_version']}"])
     source = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", job["bootstrap"])
               .option("subscribe", job["topic"]).option("startingOffsets", "earliest")

@@ -33,7 +33,8 @@ from delta import configure_spark_with_delta_pip
 from pyspark.sql import SparkSession
 
 
-def session(extra: dict[str, str] | None = None) -> SparkSession:
+def session(extra: dict[str, str] | None = None,
+            packages: list[str] | None = None) -> SparkSession:
     builder = (SparkSession.builder.master("local[2]").appName("delta-spark-reader")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
@@ -45,7 +46,7 @@ def session(extra: dict[str, str] | None = None) -> SparkSession:
         builder = builder.config(key, value)
     if extra and "spark.sql.catalogImplementation" in extra:
         builder = builder.enableHiveSupport()
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark = configure_spark_with_delta_pip(builder, extra_packages=packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
