@@ -30,9 +30,10 @@ class Producer(threading.Thread):
     (with ``transactions``) one batch in three inside a transaction, one in four of those
     aborted.
 
-    ``sent[p]`` maps each visible offset of partition p to its record; ``aborted[p]`` holds
-    the offsets of aborted records; ``known[p]`` is the highest offset of p the broker has
-    used for this producer's writes, transaction markers included.
+    ``sent[p]`` maps each visible offset of partition p to its record (``visible[p]`` lists
+    them in order); ``aborted[p]`` holds the offsets of aborted records; ``known[p]`` is the
+    highest offset of p the broker has used for this producer's writes, transaction markers
+    included.
     """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int,
@@ -40,6 +41,7 @@ class Producer(threading.Thread):
         super().__init__(daemon=True)
         self.topic, self.partitions = topic, partitions
         self.sent: dict[int, dict[int, Sent]] = {p: {} for p in range(partitions)}
+        self.visible: dict[int, list[int]] = {p: [] for p in range(partitions)}  # ascending
         self.aborted: dict[int, set[int]] = {p: set() for p in range(partitions)}
         self.known: dict[int, int] = {p: -1 for p in range(partitions)}
         self.transactions = {"committed": 0, "aborted": 0}
@@ -101,11 +103,12 @@ class Producer(threading.Thread):
         elif mode == "abort":
             producer.abort_transaction(30)
         with self.lock:
-            for p, offset, r in delivered:
+            for p, offset, r in sorted(delivered, key=lambda d: (d[0], d[1])):
                 if mode == "abort":
                     self.aborted[p].add(offset)
                 else:
                     self.sent[p][offset] = r
+                    self.visible[p].append(offset)  # one producer: offsets only grow
                 self.known[p] = max(self.known[p], offset)
             if mode != "plain":
                 self.transactions["committed" if mode == "commit" else "aborted"] += 1

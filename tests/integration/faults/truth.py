@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,8 +51,9 @@ class Truth:
         """Fold the visible records of ``partition`` up to ``committed``; how many."""
         done = self.upto.get(partition, -1)
         with producer.lock:
-            new = sorted((o, r) for o, r in producer.sent[partition].items()
-                         if done < o <= committed)
+            offsets = producer.visible[partition]
+            new = [(o, producer.sent[partition][o]) for o in
+                   offsets[bisect_right(offsets, done):bisect_right(offsets, committed)]]
         latest = self.latest.setdefault(partition, {})
         for o, r in new:
             latest[r.key] = (o, r.value)
