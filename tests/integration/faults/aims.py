@@ -7,6 +7,7 @@ expired-commit cleanup).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +24,19 @@ def _mtime(path: Path) -> float | None:
 
 
 def data_files(table_dir: Path) -> list[Path]:
-    """Parquet data files, not the Delta log's checkpoints."""
-    return [f for f in table_dir.glob("**/*.parquet") if "_delta_log" not in f.parts]
+    """Parquet data files, not the Delta log's checkpoints. ``os.walk`` skips a directory
+    the product removed (emptied by vacuum) between listing its parent and entering it."""
+    return [Path(root, name) for root, dirs, names in os.walk(table_dir)
+            if "_delta_log" not in Path(root).parts
+            for name in names if name.endswith(".parquet")]
+
+
+def _names(directory: Path) -> list[str]:
+    """The file names in ``directory``; none once the product removed it."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
 
 
 def _last_commit(table_dir: Path) -> float | None:
@@ -59,8 +71,8 @@ def _split_log_writes(log_dir: Path) -> tuple[bool, bool]:
         first = _LOG_FILE.match(f.name)
         if first is None:
             continue
-        ends = [int(m.group(2)) for g in f.parent.glob("*.parquet")
-                if g not in fresh and (m := _LOG_FILE.match(g.name))]
+        ends = [int(m.group(2)) for name in _names(f.parent)
+                if f.parent / name not in fresh and (m := _LOG_FILE.match(name))]
         if ends and int(first.group(1)) <= max(ends):
             rewrite = True
         else:
