@@ -435,6 +435,8 @@ class LogMaintenance:
                                                     tidy=path in ours and idle))
                     if path == paths.table:
                         deleted += len(self._vacuum.change_data(path, grace, now_ms))
+                    if path in ours:
+                        self._vacuum.expired_commits(path)
                 except LakeError as exc:
                     log.warning("%s", exc)
         return deleted

@@ -105,6 +105,15 @@ class Vacuum:
         return [f for f, info in zip(listed, infos, strict=True)
                 if info.type != pafs.FileType.NotFound]
 
+    def expired_commits(self, path: str) -> None:
+        """Delete the table's commit files past its log retention that a checkpoint covers
+        (the caller holds the commit lock: no other cleanup runs beside it)."""
+        try:
+            self._storage.table(path).cleanup_metadata()
+        except Exception as exc:
+            raise LakeError(f"removing expired commit files of {path} failed: "
+                            f"{failure(path, exc)}") from exc
+
     def change_data(self, path: str, grace_ms: int, now_ms: int | None = None) -> list[str]:
         """Delete the table's change data files written more than ``grace_ms`` ago; their
         paths."""

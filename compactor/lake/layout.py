@@ -52,7 +52,10 @@ CHECKPOINT_INTERVAL = 10
 LOG_HYGIENE = {
     "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
     "delta.logRetentionDuration": "interval 1 hours",
-    "delta.enableExpiredLogCleanup": "true",
+    # delta-rs would delete expired commit files after any commit; two threads committing to
+    # one table then deleted the same file and one failed. The maintenance pass and the log's
+    # own checkpoint step clean up instead, one at a time, under the commit lock.
+    "delta.enableExpiredLogCleanup": "false",
 }
 TABLE_PROPERTIES = {
     "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
