@@ -75,7 +75,8 @@ def _work_then_aim(aim: str, proc: subprocess.Popen[bytes], before: dict[int, in
     assert proc.poll() is None, errors.read_text()[-3000:]
     if report.downtime:
         report.downtime[-1] = (report.downtime[-1][0], int(time.time() * 1000))
-    time.sleep(rng.uniform(1.0, 6.0))  # let it work: ingest, clean, vacuum
+    # Let it work (ingest, clean, vacuum): up to FAULT_WORK_S seconds, 6 by default.
+    time.sleep(rng.uniform(1.0, float(os.environ.get("FAULT_WORK_S", "6"))))
     now = probe(aim, topic_dir, downstream)
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline:
