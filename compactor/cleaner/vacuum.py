@@ -22,8 +22,12 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
-from compactor.lake import operations
-from compactor.lake.layout import CHANGE_DATA_DIR, LOG_HYGIENE, LOG_RETENTION_FLOOR_MS
+from compactor.lake.layout import (
+    CHANGE_DATA_DIR,
+    LOG_HYGIENE,
+    LOG_RETENTION_FLOOR_MS,
+    update_properties,
+)
 from compactor.lake.storage import Storage, failure, is_local, local_path
 
 log = logging.getLogger(__name__)
@@ -62,12 +66,7 @@ def ensure_properties(table: DeltaTable, grace_ms: int) -> None:
     wanted = {**LOG_HYGIENE, RETENTION_PROPERTY: retention_interval(grace_ms),
               "delta.logRetentionDuration": retention_interval(
                   max(grace_ms, LOG_RETENTION_FLOOR_MS))}
-    current = table.metadata().configuration
-    changed = {k: v for k, v in wanted.items() if current.get(k) != v}
-    if changed:
-        table.alter.set_table_properties(changed, commit_properties=operations.properties(
-            operations.SET_PROPERTIES, "retention of removed files and commit files: "
-            + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))))
+    update_properties(table, wanted, "retention of removed files and commit files")
 
 
 def remove_empty_dirs(root: str, deleted: list[str]) -> int:

@@ -59,6 +59,7 @@ from compactor.lake.layout import (
     TABLE_PROPERTIES_LATEST,
     ensure_table,
     topic_paths,
+    update_properties,
 )
 from compactor.lake.log_follower import log_view
 from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
@@ -205,17 +206,12 @@ def _ensure_latest(path: str, storage: Storage, change_feed: bool) -> DeltaTable
     wanted = "true" if change_feed else "false"
     table = ensure_table(path, KAFKA_SCHEMA, None, {
         **TABLE_PROPERTIES_LATEST, CHANGE_FEED: wanted}, storage=storage)
-    if table.metadata().configuration.get(CHANGE_FEED, "false") != wanted:
-        try:
-            table.alter.set_table_properties({CHANGE_FEED: wanted}, commit_properties=(
-                operations.properties(operations.SET_PROPERTIES,
-                                      f"change data feed {'on' if change_feed else 'off'} "
-                                      "(table.change.data.feed)")))
-        except Exception as exc:
-            raise LakeError(f"cannot set {CHANGE_FEED}={wanted} on {path}: "
-                            f"{failure(path, exc)}") from exc
-        table = storage.table(path)
-    return table
+    try:
+        changed = update_properties(table, {CHANGE_FEED: wanted}, "table.change.data.feed")
+    except Exception as exc:
+        raise LakeError(f"cannot set {CHANGE_FEED}={wanted} on {path}: "
+                        f"{failure(path, exc)}") from exc
+    return storage.table(path) if changed else table
 
 
 def catch_up(lake_path: str, topic: str, storage: Storage,

@@ -57,14 +57,14 @@ LOG_HYGIENE = {
     # own checkpoint step clean up instead, one at a time, under the commit lock.
     "delta.enableExpiredLogCleanup": "false",
 }
-TABLE_PROPERTIES = {
-    "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
-    "delta.enableChangeDataFeed": "false",
-    **LOG_HYGIENE,
-}
 CHANGE_FEED = "delta.enableChangeDataFeed"
 # Where Delta writers put the change data feed's files, inside the table's folder.
 CHANGE_DATA_DIR = "_change_data"
+TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
+    CHANGE_FEED: "false",
+    **LOG_HYGIENE,
+}
 TABLE_PROPERTIES_LATEST = {
     "delta.dataSkippingStatsColumns": "partition,offset,timestamp",
     CHANGE_FEED: "false",
@@ -176,3 +176,15 @@ def ensure_table(path: str, schema: pa.Schema, partition_by: list[str] | None,
         )
     except Exception as exc:
         raise LakeError(f"cannot create Delta table {path}: {failure(path, exc)}") from exc
+
+
+def update_properties(table: DeltaTable, wanted: dict[str, str], summary: str) -> bool:
+    """Set the properties of ``wanted`` the table holds otherwise, in one commit that says
+    ``summary`` and the values; whether anything changed."""
+    current = table.metadata().configuration
+    changed = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if changed:
+        table.alter.set_table_properties(changed, commit_properties=operations.properties(
+            operations.SET_PROPERTIES, f"{summary}: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))))
+    return bool(changed)
