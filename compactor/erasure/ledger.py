@@ -35,11 +35,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from compactor.config import CompactorConfig
@@ -47,6 +47,7 @@ from compactor.erasure.backlog import Backlog, BacklogFollower
 from compactor.erasure.ledger_retention import LedgerRetention
 from compactor.exceptions import LakeError
 from compactor.lake import operations
+from compactor.lake.commit_files import is_newest
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_follower import LogView, log_view
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
@@ -138,6 +139,9 @@ class ErasureLedger:
     def __init__(self, config: CompactorConfig) -> None:
         self._config = config
         self._scanned: dict[tuple[str, int], int] = {}
+        # topic -> a ledger version at which no recorded position was past ``_scanned``'s:
+        # while the ledger stays there, a partition's position need not be looked up.
+        self._trusted_at: dict[str, int] = {}
         # (topic, partition) -> why its tombstones could not be read at the last scan
         self.failed: dict[tuple[str, int], str] = {}
         self._backlogs: dict[str, BacklogFollower] = {}
@@ -192,8 +196,16 @@ class ErasureLedger:
                            self._config.storage)
         if view is None:
             return 0
-        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
-                              storage=self._config.storage)
+        # The ledger is opened only when a position must be looked up or tombstones written.
+        trusted_at = self._trusted_at.get(topic)
+        ledger: DeltaTable | None = None
+        if trusted_at is not None and is_newest(self._path(topic), self._config.storage,
+                                                   trusted_at):
+            version = trusted_at  # no commit since: the positions are where this process saw
+        else:
+            ledger = self._open(topic)
+            version = ledger.version()
+        trusted = trusted_at == version
         salt = view.table_id.encode()
         tc = self._config.topic(topic)
         now = int(time.time() * 1000)
@@ -207,7 +219,13 @@ class ErasureLedger:
             known = self._scanned.get((topic, partition))
             if hi is None or (known is not None and hi <= known):
                 continue  # nothing committed since this process's last scan: no lookup
-            done = LEDGER.read(ledger, partition)
+            # Only another process's scan moves a position past ours, and it commits.
+            done = None
+            if not trusted or known is None:
+                ledger = ledger or self._open(topic, version)
+                if ledger is None:
+                    return self._look_again(topic, view, written)
+                done = LEDGER.read(ledger, partition)
             lo = max(-1 if done is None else done, -1 if known is None else known)
             self._scanned[(topic, partition)] = lo
             if hi <= lo:
@@ -233,9 +251,14 @@ class ErasureLedger:
                 deadlineMs=(pc.add(stamps, deadline) if deadline is not None
                             else pa.nulls(n, pa.int64())),
                 atMs=pa.array([now] * n, pa.int64())))
+        # Partitions not looked up had no new log offsets, so no scan could move them.
+        self._trusted_at[topic] = version
         if not found:
             self._scanned.update({(topic, p): hi for p, hi in moved.items()})
             return 0
+        ledger = ledger or self._open(topic, version)
+        if ledger is None:
+            return self._look_again(topic, view, written)
         table = pa.concat_tables(found)
         txns = [LEDGER.moved_to(hi, p) for p, hi in moved.items()]
         try:  # against the version whose app transactions gave S: a concurrent move fails it
@@ -245,12 +268,33 @@ class ErasureLedger:
                                 f"{table.num_rows} tombstones of {topic} recorded", txns))
         except CommitFailedError:  # another process (compactor clean) recorded them first
             log.info("%s: the ledger moved concurrently; rescanning from its position", topic)
+            self._trusted_at.pop(topic, None)
             return 0
         except Exception as exc:
             raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
                             f"{exc}") from exc
         self._scanned.update({(topic, p): hi for p, hi in moved.items()})
+        if ledger.version() == version + 1:  # nothing else landed between
+            self._trusted_at[topic] = version + 1
         return int(table.num_rows)
+
+    @overload
+    def _open(self, topic: str) -> DeltaTable: ...
+
+    @overload
+    def _open(self, topic: str, version: int) -> DeltaTable | None: ...
+
+    def _open(self, topic: str, version: int | None = None) -> DeltaTable | None:
+        """The topic's ledger (created when absent); None when it is not at ``version``."""
+        ledger = ensure_table(self._path(topic), LEDGER_SCHEMA, None, LEDGER_PROPERTIES,
+                              storage=self._config.storage)
+        return ledger if version is None or ledger.version() == version else None
+
+    def _look_again(self, topic: str, view: LogView,
+                    written: Mapping[int, WrittenTombstones] | None) -> int:
+        """The ledger moved since this scan looked: scan again, every position looked up."""
+        self._trusted_at.pop(topic, None)
+        return self.record_tombstones(topic, view, written)
 
     def record_reconciled(self, topic: str, salt: bytes, partition: int, upto: int,
                           keys: pa.Array, at_ms: int) -> None:

@@ -56,6 +56,19 @@ def read_commit(uri: str, storage: Storage, version: int) -> list[dict[str, Any]
                         f"{exc}") from exc
 
 
+def is_newest(uri: str, storage: Storage, version: int) -> bool:
+    """Whether ``version`` is the table's newest: its commit file is there (log cleanup
+    removes the oldest first) and the next one is not. Two file lookups, no log replay."""
+    def there(v: int) -> bool:
+        fs, path = storage.filesystem(join(uri, "_delta_log", f"{v:020d}.json"))
+        try:
+            return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+        except (OSError, pa.ArrowException) as exc:
+            raise LakeError(f"cannot read the Delta log of {uri}: {exc}") from exc
+
+    return there(version) and not there(version + 1)
+
+
 def check_not_overtaken(uri: str, storage: Storage, version: int) -> None:
     """Raise :class:`Overtaken` when the next commit after ``version`` is missing because the
     log moved past it: ``_last_checkpoint`` names a later version (log cleanup removed commits

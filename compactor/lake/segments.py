@@ -50,29 +50,29 @@ class Segment:
     def last_offset(self) -> int:
         return max(f.last_offset for f in self.files)
 
-    @property
+    @functools.cached_property
     def records(self) -> int:
         return sum(f.records for f in self.files)
 
-    @property
+    @functools.cached_property
     def record_bytes(self) -> int:
         return sum(f.record_bytes for f in self.files)
 
-    @property
+    @functools.cached_property
     def size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
 
-    @property
+    @functools.cached_property
     def min_timestamp_ms(self) -> int:
         stamps = [f.min_timestamp_ms for f in self.files if f.min_timestamp_ms is not None]
         return min(stamps, default=0)
 
-    @property
+    @functools.cached_property
     def max_timestamp_ms(self) -> int:
         stamps = [f.max_timestamp_ms for f in self.files if f.max_timestamp_ms is not None]
         return max(stamps, default=0)
 
-    @property
+    @functools.cached_property
     def written_max_timestamp_ms(self) -> int:
         """The largest timestamp, none later than when its file was written: a record dated
         ahead of the mirror's clock counts as written then (for min.compaction.lag.ms)."""
@@ -81,7 +81,7 @@ class Segment:
                   for f in self.files if f.max_timestamp_ms is not None]
         return max(stamps, default=0)
 
-    @property
+    @functools.cached_property
     def min_delete_horizon_ms(self) -> int | None:
         horizons = [f.min_delete_horizon_ms for f in self.files
                     if f.min_delete_horizon_ms is not None]

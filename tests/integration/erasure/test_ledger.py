@@ -116,6 +116,29 @@ def test_two_processes_recording_the_same_tombstones_record_them_once(
     assert sorted(r["offset"] for r in rows if r["event"] == "tombstone") == [0, 1]
 
 
+def test_a_scan_after_another_process_recorded_further_records_nothing_twice(
+        tmp_path: Path) -> None:
+    """This process's scans skip looking up positions while the ledger is where it left it;
+    once another process has recorded newer tombstones, they are not recorded again."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    append(config, "t", 0, [(0, b"a", None, T0)], now_ms=T0)
+    append(config, "t", 1, [(0, b"b", None, T0)], now_ms=T0)
+    running = ErasureLedger(config)
+    assert running.record_tombstones("t") == 2
+    append(config, "t", 0, [(1, b"c", None, T0 + 1)], now_ms=T0)
+    assert running.record_tombstones("t") == 1  # its own position: no lookup needed
+    append(config, "t", 0, [(2, b"d", None, T0 + 2)], now_ms=T0)
+    append(config, "t", 1, [(1, b"e", None, T0 + 2)], now_ms=T0)
+    assert ErasureLedger(config).record_tombstones("t") == 2  # compactor clean, say
+    append(config, "t", 0, [(3, b"f", None, T0 + 3)], now_ms=T0)
+    assert running.record_tombstones("t") == 1  # offset 3 only
+    root = Path(topic_paths(config.lake_path, "t").root) / "erasures"
+    rows = DeltaTable(str(root)).to_pyarrow_table().to_pylist()
+    assert sorted((r["partition"], r["offset"]) for r in rows if r["event"] == "tombstone") == \
+        [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+
+
 def test_a_ledger_of_many_small_files_is_compacted_to_one_with_the_same_events(
         tmp_path: Path) -> None:
     from compactor.erasure import ledger as ledger_module

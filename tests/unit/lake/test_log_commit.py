@@ -236,3 +236,19 @@ def test_the_sweep_leaves_commit_files_and_checkpoints_alone(tmp_path: Path) -> 
         os.utime(tmp_path / name, (old, old))
     assert remove_stale_temporaries(str(tmp_path), time.time()) == [names[3]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n in names if n != names[3])
+
+
+def test_the_newest_version_is_told_by_two_commit_files(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from compactor.lake.commit_files import is_newest
+
+    path = str(tmp_path / "t")
+    for _ in range(3):
+        write_deltalake(path, pa.table({"a": [1]}), mode="append")
+    assert [is_newest(path, LOCAL, v) for v in range(4)] == [False, False, True, False]
+    log_dir = tmp_path / "t" / "_delta_log"
+    for v in (0, 1):  # log cleanup removes the oldest commits first
+        os.remove(log_dir / f"{v:020d}.json")
+    assert [is_newest(path, LOCAL, v) for v in range(4)] == [False, False, True, False]
