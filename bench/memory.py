@@ -25,7 +25,8 @@ import pyarrow as pa
 from workloads import rss_mb
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
-from compactor.ingest.writer import append_batches, commit_ranges, plan_ranges
+from compactor.ingest.appender import append_batches
+from compactor.ingest.writer import commit_ranges, plan_ranges
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.ops.arrow_pool import pick_arrow_pool
 

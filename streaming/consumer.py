@@ -19,15 +19,16 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError, DataLossError
-from compactor.ingest.writer import PartitionPlan, RangeResult, append_batches
+from compactor.ingest.appender import append_batches, append_ranges
+from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.clients import assigned_consumer
 from compactor.kafka.schema import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
 _TS_TYPES = np.array([-1, 0, 1], dtype=np.int32)
 _CONSUME_BATCH = 10_000
-# consume() blocks until it has _CONSUME_BATCH messages or this timeout passes: short, so that
-# the tail of a range (fewer messages than a batch) costs milliseconds, not a second.
+# consume() blocks until it has the messages asked for or this timeout passes: short, so that
+# a range with gaps (compaction, transaction markers) costs milliseconds, not a second.
 _CONSUME_WAIT_S = 0.05
 
 
@@ -187,12 +188,16 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
     if not todo:
         return
     ours = set(todo)
+    # At most the records each unfinished range still lacks: consume() returns as soon as
+    # they are all there instead of waiting out its timeout for a full batch.
+    lacking = {i: ranges[i][3] - ranges[i][2] for i in todo.values()}
+    wanted = sum(lacking.values())
     consumer = assigned_consumer(client_config)
     try:
         consumer.assign([TopicPartition(t, p, ranges[i][2]) for (t, p), i in todo.items()])
         deadline = time.monotonic() + poll_timeout_ms / 1000
         while todo:
-            messages = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
+            messages = consumer.consume(max(1, min(_CONSUME_BATCH, wanted)), _CONSUME_WAIT_S)
             if not messages:
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(
@@ -208,8 +213,11 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                 batch, done = _take(part, topic, partition, start, end, fail_on_data_loss,
                                     include_headers)
                 if batch is not None:
+                    lacking[i] -= batch.num_rows
+                    wanted -= batch.num_rows
                     yield i, batch
                 if done:
+                    wanted -= lacking[i]
                     del todo[tp]
                     if todo:
                         consumer.incremental_unassign([TopicPartition(topic, partition)])
@@ -277,7 +285,7 @@ def write_ranges(plans: Sequence[PartitionPlan], client_config: Mapping[str, str
             batches = consume_ranges(client_config,
                                      [(p.topic, p.partition, first(p), p.end) for p in group],
                                      poll_timeout_ms, fail_on_data_loss)
-            results += [append_batches(p, b) for p, b in zip(group, batches, strict=True)]
+            results += append_ranges(group, batches)
             group = []
         if plan is not None:
             group.append(plan)

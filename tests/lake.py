@@ -8,7 +8,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
-from compactor.ingest.writer import RangeResult, append_batches, commit_ranges, plan_ranges
+from compactor.ingest.appender import append_batches
+from compactor.ingest.writer import RangeResult, commit_ranges, plan_ranges
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.layout import topic_paths
 

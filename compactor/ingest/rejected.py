@@ -24,7 +24,8 @@ class RecordChecker:
     def __init__(self, formats: TopicFormat, topic: str) -> None:
         self.decoders = decoders_for(topic, formats)
 
-    def undecodable(self, batch: pa.RecordBatch, now_ms: int) -> pa.Table | None:
+    def undecodable(self, batch: pa.RecordBatch | pa.Table, now_ms: int,
+                    ) -> pa.Table | None:
         """Rows for ``rejected`` of the records in ``batch`` that do not decode, or None."""
         if batch.num_rows == 0:
             return None

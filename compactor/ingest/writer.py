@@ -5,11 +5,11 @@ Commit protocol of one micro-batch, per topic:
 1. The driver reads one snapshot of ``L/T/log`` and ``L/T/rejected``: per partition the
    last committed offset (app transaction ``compactor-ingest-<partition>``, whose version is
    the last offset ingested) and the active segment.
-2. One Spark task per Kafka partition (the engine's, for example
-   ``streaming.consumer.write_range``) consumes its range from the first offset not yet
-   committed, assigns records to segments by the roll rules, and writes Parquet files under
-   ``partition=P/segment=S/``; null keys of a compacted topic go to files of ``rejected``.
-   Tasks write files only; nothing is visible yet.
+2. Spark tasks (the engine's, for example ``streaming.consumer.write_ranges``, one per core
+   for many partitions) consume each range from the first offset not yet committed, assign
+   records to segments by the roll rules, and write Parquet files under
+   ``partition=P/segment=S/`` (:mod:`compactor.ingest.appender`); null keys of a compacted
+   topic go to files of ``rejected``. Tasks write files only; nothing is visible yet.
 3. The driver commits the rejected files (if any) with the same per-partition app
    transactions in the rejected table, then all log files in one Delta commit whose app
    transactions move each partition's version to the last offset of its range.
@@ -29,22 +29,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.batch_stats import BatchStats
-from compactor.ingest.rejected import RecordChecker
 from compactor.lake import fencing, log_commit, operations
-from compactor.lake.datafiles import (
-    WrittenFile,
-    add_action,
-    write_data_file,
-)
+from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
     LOG_SCHEMA,
@@ -54,21 +46,13 @@ from compactor.lake.layout import (
     topic_paths,
 )
 from compactor.lake.log_follower import LogView, follow, log_view
-from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
-from compactor.lake.rejected import (
-    HEADERS_REASON,
-    NULL_KEY_REASON,
-    Rejections,
-    rejected_rows,
-    rejection_kind,
-)
-from compactor.lake.segments import ActiveSegment, SegmentRoller, record_sizes
+from compactor.lake.range_reader import WrittenTombstones
+from compactor.lake.rejected import Rejections
+from compactor.lake.segments import ActiveSegment
 from compactor.lake.storage import Storage, failure
 from compactor.positions import INGEST, WRITER
 
 log = logging.getLogger(__name__)
-
-_FLUSH_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -102,115 +86,6 @@ class RangeResult:
     # decode the values again); None where the task kept none (another writer's task).
     tombstones: WrittenTombstones | None = None
     rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
-
-
-class _SegmentBuffer:
-    """Batches of one segment waiting to be written as one file."""
-
-    def __init__(self) -> None:
-        self.batches: list[pa.RecordBatch] = []
-        self.record_bytes = 0
-        self.nbytes = 0
-
-
-def _log_file(plan: PartitionPlan, segment: int, buf: _SegmentBuffer) -> WrittenFile:
-    table = pa.Table.from_batches(buf.batches)
-    table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
-    return write_data_file(
-        plan.log_path, f"partition={plan.partition}/segment={segment}", table,
-        buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
-        storage=plan.storage,
-    )
-
-
-def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
-    """How many records went to ``rejected`` per kind, and the first reason."""
-    counts: dict[str, int] = {}
-    first = None
-    for table in tables:
-        reasons = table.column("reason").to_pylist()
-        for reason in reasons:
-            kind = rejection_kind(reason)
-            counts[kind] = counts.get(kind, 0) + 1
-        if first is None and reasons:
-            first = f"partition {partition} offset {table.column('offset')[0]}: {reasons[0]}"
-    return Rejections(counts, first)
-
-
-def _rejected_file(plan: PartitionPlan, tables: list[pa.Table]) -> WrittenFile:
-    table = pa.concat_tables(tables).sort_by("offset")
-    sizes = int(record_sizes(table).sum())
-    return write_data_file(plan.rejected_path, "", table, sizes, "rejected", storage=plan.storage)
-
-
-def _report(batch: pa.RecordBatch, mask: pa.Array, reason: str, floor: int, now_ms: int,
-            rejected: list[pa.Table]) -> bool:
-    """Add the ``mask`` rows past ``floor`` (not yet reported) to ``rejected`` with ``reason``;
-    whether any row matched ``mask`` at all."""
-    if not pc.any(mask).as_py():
-        return False
-    bad = batch.filter(mask)
-    bad = bad.filter(pc.greater(bad.column("offset"), floor))
-    if bad.num_rows:
-        rejected.append(rejected_rows(bad, reason, None, now_ms))
-    return True
-
-
-def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
-    """Write records (Spark's Kafka schema, offset order) into segment files of the plan."""
-    committed = plan.committed_offset if plan.committed_offset is not None else -1
-    roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
-    buffers: dict[int, _SegmentBuffer] = {}
-    rejected: list[pa.Table] = []
-    files: list[WrittenFile] = []
-    rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
-    checker = RecordChecker(plan.formats, plan.topic) if plan.formats.typed else None
-    tombstones: list[pa.RecordBatch] = []
-
-    for batch in batches:
-        batch = batch.filter(pc.greater(batch.column("offset"), committed))
-        if batch.num_rows == 0:
-            continue
-        if plan.compact:
-            null_key = pc.is_null(batch.column("key"))
-            if _report(batch, null_key, NULL_KEY_REASON, rejected_floor, plan.now_ms, rejected):
-                batch = batch.filter(pc.invert(null_key))
-                if batch.num_rows == 0:
-                    continue
-        # Mirrored with null headers, and reported.
-        _report(batch, pc.is_null(batch.column("headers")), HEADERS_REASON, rejected_floor,
-                plan.now_ms, rejected)
-        if checker is not None:  # undecodable records stay in the log and are reported
-            bad_rows = checker.undecodable(
-                batch.filter(pc.greater(batch.column("offset"), rejected_floor)), plan.now_ms)
-            if bad_rows is not None:
-                rejected.append(bad_rows)
-        erased = pc.and_(pc.is_null(batch.column("value")), pc.is_valid(batch.column("key")))
-        if pc.any(erased).as_py():
-            tombstones.append(batch.filter(erased).select(TOMBSTONE_COLUMNS))
-        sizes = record_sizes(batch)
-        micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
-        segments = roller.assign_batch(
-            batch.column("offset").to_numpy(zero_copy_only=False), micros // 1000, sizes)
-        for segment in np.unique(segments).tolist():
-            mask = segments == segment
-            part = batch if mask.all() else batch.filter(pa.array(mask))
-            buf = buffers.setdefault(segment, _SegmentBuffer())
-            buf.batches.append(part.drop_columns(LOG_PARTITION_COLUMNS[:1]))
-            buf.record_bytes += int(sizes[mask].sum())
-            buf.nbytes += part.nbytes
-        newest = int(segments[-1])
-        for segment in [s for s in buffers if s != newest or buffers[s].nbytes > _FLUSH_BYTES]:
-            files.append(_log_file(plan, segment, buffers.pop(segment)))
-    for segment, buf in sorted(buffers.items()):
-        files.append(_log_file(plan, segment, buf))
-    if rejected:
-        files.append(_rejected_file(plan, rejected))
-    rows = (pa.Table.from_batches(tombstones) if tombstones
-            else LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS))
-    return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(files),
-                       WrittenTombstones(committed, plan.end - 1, rows),
-                       _rejections(plan.partition, rejected))
 
 
 LogStarts = Callable[[list[tuple[str, int]]], Mapping[tuple[str, int], int]]

@@ -85,7 +85,8 @@ class _Stats:
             self.nulls["deleteHorizonMs"] += table.num_rows
         for name, column in columns.items():
             self.nulls[name] += column.null_count
-            low, high = pc.min(column).as_py(), pc.max(column).as_py()
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
             if low is not None:
                 self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
                 self.hi[name] = high if name not in self.hi else max(self.hi[name], high)

@@ -1,0 +1,209 @@
+"""Step 2 of :mod:`compactor.ingest.writer`'s protocol: records into segment files.
+
+A write task hands the records it consumed to :func:`append_batches` (one partition's range,
+streamed batch by batch) or to :func:`append_ranges` (many small ranges at once). The rules
+that look at single records (offsets already committed are skipped; null keys of a compacted
+topic and unreadable headers are reported to ``rejected``; tombstones are kept for the
+readers) run once over all the rows a call holds, not once per partition; the segment roll
+and the files are per partition. Tasks write files only; the driver commits them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from compactor.ingest.rejected import RecordChecker
+from compactor.ingest.writer import PartitionPlan, RangeResult
+from compactor.lake.datafiles import WrittenFile, write_data_file
+from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
+from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
+from compactor.lake.rejected import (
+    HEADERS_REASON,
+    NULL_KEY_REASON,
+    Rejections,
+    rejected_rows,
+    rejection_kind,
+)
+from compactor.lake.segments import SegmentRoller, record_sizes
+
+_FLUSH_BYTES = 64 * 1024 * 1024
+
+Rows = npt.NDArray[np.int64]
+
+
+class _SegmentBuffer:
+    """Rows of one segment waiting to be written as one file."""
+
+    def __init__(self) -> None:
+        self.tables: list[pa.Table] = []
+        self.record_bytes = 0
+        self.nbytes = 0
+
+
+def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
+    """How many records went to ``rejected`` per kind, and the reason of the earliest."""
+    counts: dict[str, int] = {}
+    first: tuple[int, str] | None = None
+    for table in tables:
+        reasons = table.column("reason").to_pylist()
+        for reason in reasons:
+            kind = rejection_kind(reason)
+            counts[kind] = counts.get(kind, 0) + 1
+        if reasons:
+            at = int(pc.min(table.column("offset")).as_py())
+            if first is None or at < first[0]:
+                first = (at, reasons[table.column("offset").to_pylist().index(at)])
+    return Rejections(counts, None if first is None
+                      else f"partition {partition} offset {first[0]}: {first[1]}")
+
+
+class _Appender:
+    """One plan's segment files, fed its screened records in offset order."""
+
+    def __init__(self, plan: PartitionPlan) -> None:
+        self.plan = plan
+        self.committed = plan.committed_offset if plan.committed_offset is not None else -1
+        self.rejected_floor = plan.rejected_offset if plan.rejected_offset is not None else -1
+        self.roller = SegmentRoller(plan.active, plan.segment_bytes, plan.roll_ms)
+        self.checker = RecordChecker(plan.formats, plan.topic) if plan.formats.typed else None
+        self.buffers: dict[int, _SegmentBuffer] = {}
+        self.rejected: list[pa.Table] = []
+        self.tombstones: list[pa.Table] = []
+        self.files: list[WrittenFile] = []
+
+    def add(self, rows: pa.Table, sizes: Rows, stamps_ms: Rows) -> None:
+        """Assign ``rows`` (past the committed offset, none of them rejected) to segments and
+        write every segment but the newest, which may still grow."""
+        plan = self.plan
+        if self.checker is not None:  # undecodable records stay in the log and are reported
+            bad_rows = self.checker.undecodable(
+                rows.filter(pc.greater(rows.column("offset"), self.rejected_floor)),
+                plan.now_ms)
+            if bad_rows is not None:
+                self.rejected.append(bad_rows)
+        offsets = rows.column("offset").to_numpy()
+        segments = self.roller.assign_batch(offsets, stamps_ms, sizes)
+        for segment in np.unique(segments).tolist():
+            mask = segments == segment
+            part = rows if mask.all() else rows.filter(pa.array(mask))
+            buf = self.buffers.setdefault(segment, _SegmentBuffer())
+            buf.tables.append(part)
+            buf.record_bytes += int(sizes[mask].sum())
+            buf.nbytes += part.nbytes
+        newest = int(segments[-1])
+        for segment in [s for s in self.buffers
+                        if s != newest or self.buffers[s].nbytes > _FLUSH_BYTES]:
+            self.files.append(self._log_file(segment, self.buffers.pop(segment)))
+
+    def result(self) -> RangeResult:
+        """Write what is left and describe the range's files."""
+        plan = self.plan
+        for segment, buf in sorted(self.buffers.items()):
+            self.files.append(self._log_file(segment, buf))
+        self.buffers.clear()
+        if self.rejected:
+            table = pa.concat_tables(self.rejected).sort_by("offset")
+            self.files.append(write_data_file(
+                plan.rejected_path, "", table, int(record_sizes(table).sum()), "rejected",
+                storage=plan.storage))
+        rows = (pa.concat_tables(self.tombstones) if self.tombstones
+                else LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS))
+        return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(self.files),
+                           WrittenTombstones(self.committed, plan.end - 1, rows),
+                           _rejections(plan.partition, self.rejected))
+
+    def _log_file(self, segment: int, buf: _SegmentBuffer) -> WrittenFile:
+        plan = self.plan
+        table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
+        table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+        return write_data_file(
+            plan.log_path, f"partition={plan.partition}/segment={segment}", table,
+            buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
+            storage=plan.storage,
+        )
+
+
+def _bounds(owner: Rows, count: int) -> Rows:
+    """Where each of ``count`` owners' rows start and end in ``owner`` (ascending)."""
+    return np.searchsorted(owner, np.arange(count + 1))
+
+
+def _report(table: pa.Table, owner: Rows, mask: Rows, floor: Rows, reason: str,
+            now_ms: int, apps: Sequence[_Appender]) -> None:
+    """Give each appender its ``mask`` rows past its ``floor`` (not yet reported), as rows
+    of ``rejected`` with ``reason``."""
+    mask = mask & (table.column("offset").to_numpy() > floor)
+    if not mask.any():
+        return
+    bad, bad_owner = table.filter(pa.array(mask)), owner[mask]
+    bounds = _bounds(bad_owner, len(apps))
+    for i in np.flatnonzero(np.diff(bounds)).tolist():
+        part = bad.slice(bounds[i], bounds[i + 1] - bounds[i])
+        apps[i].rejected.append(rejected_rows(part, reason, None, now_ms))
+
+
+def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
+    """Screen ``table`` (Spark's Kafka schema; ``owner``: the index of each row's appender,
+    ascending, rows of one appender in offset order) and hand each appender its rows."""
+    committed = np.array([a.committed for a in apps], dtype=np.int64)[owner]
+    keep = table.column("offset").to_numpy() > committed
+    if not keep.all():
+        table, owner = table.filter(pa.array(keep)), owner[keep]
+    if table.num_rows == 0:
+        return
+    now_ms = apps[0].plan.now_ms
+    floor = np.array([a.rejected_floor for a in apps], dtype=np.int64)[owner]
+    compact = np.array([a.plan.compact for a in apps])[owner]
+    null_key = compact & pc.is_null(table.column("key")).to_numpy(zero_copy_only=False)
+    if null_key.any():
+        _report(table, owner, null_key, floor, NULL_KEY_REASON, now_ms, apps)
+        table, owner, floor = table.filter(pa.array(~null_key)), owner[~null_key], floor[~null_key]
+        if table.num_rows == 0:
+            return
+    # Mirrored with null headers, and reported.
+    no_headers = pc.is_null(table.column("headers")).to_numpy(zero_copy_only=False)
+    if no_headers.any():
+        _report(table, owner, no_headers, floor, HEADERS_REASON, now_ms, apps)
+    erased = pc.and_(pc.is_null(table.column("value")), pc.is_valid(table.column("key")))
+    if pc.any(erased).as_py():
+        mask = erased.to_numpy(zero_copy_only=False)
+        tombstones, their_owner = table.filter(erased).select(TOMBSTONE_COLUMNS), owner[mask]
+        bounds = _bounds(their_owner, len(apps))
+        for i in np.flatnonzero(np.diff(bounds)).tolist():
+            apps[i].tombstones.append(tombstones.slice(bounds[i], bounds[i + 1] - bounds[i]))
+    sizes = record_sizes(table)
+    stamps_ms = table.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
+    bounds = _bounds(owner, len(apps))
+    for i in np.flatnonzero(np.diff(bounds)).tolist():
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        apps[i].add(table.slice(lo, hi - lo), sizes[lo:hi], stamps_ms[lo:hi])
+
+
+def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
+    """Write records (Spark's Kafka schema, offset order) into segment files of the plan,
+    a batch at a time."""
+    app = _Appender(plan)
+    for batch in batches:
+        if batch.num_rows:
+            _feed([app], pa.Table.from_batches([batch]),
+                  np.zeros(batch.num_rows, dtype=np.int64))
+    return app.result()
+
+
+def append_ranges(plans: Sequence[PartitionPlan],
+                  batches: Sequence[Sequence[pa.RecordBatch]]) -> list[RangeResult]:
+    """:func:`append_batches` of each plan with its batches, the record rules applied to all
+    of them together (for small ranges, read into memory)."""
+    apps = [_Appender(plan) for plan in plans]
+    counts = [sum(b.num_rows for b in mine) for mine in batches]
+    if sum(counts):
+        # One chunk: record_sizes reads list parent indices, which a chunk counts from 0.
+        table = pa.Table.from_batches(
+            [b for mine in batches for b in mine if b.num_rows]).combine_chunks()
+        _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts))
+    return [app.result() for app in apps]
