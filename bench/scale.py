@@ -8,10 +8,11 @@ every case), a producer in a process of its own sending ``--rate`` records a sec
 keys spread over every partition of every topic, and ``compactor run``'s engine with a
 ``--trigger-ms`` trigger, measured for ``--seconds`` from its first micro-batch. Per case it
 prints the median and 90th percentile micro-batch time (the mirror's own batch records: plan,
-write, commit, tombstone readers, table), the end-to-end lag at the end (offsets the broker
-has that the lake does not), the driver's resident memory and the most data files in a
-closed segment, with each time's ratio to the first case's. Prints figures and ratios, never
-asserts: it is not a test.
+write, commit, tombstone readers, table), the end-to-end lag at the end and the most of it
+seen every 10 s (offsets the broker has that the lake does not), the driver's resident
+memory, the most data files in a closed segment, and how long the metrics page and
+``compactor status --json`` take to answer at the end, with each time's ratio to the first
+case's. Prints figures and ratios, never asserts: it is not a test.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,25 @@ def _produce(bootstrap: str, topics: list[str], partitions: int, rate: int,
         stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _operator_answers(port: int, conf: Path) -> dict[str, float]:
+    """Seconds the running mirror's metrics page and a ``compactor status --json`` (a new
+    process beside the mirror, as an operator runs it) take to answer."""
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as page:
+        page.read()
+    metrics_s = time.monotonic() - started
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "compactor.cli", "status", "--json", "--config",
+                    str(conf)], check=True, capture_output=True, timeout=600)
+    return {"metrics s": metrics_s, "status s": time.monotonic() - started}
+
+
 class _BatchTimes(logging.Handler):
     """The mirror's own record of each micro-batch (streaming.query's ``steps``)."""
 
@@ -83,8 +106,14 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
     producer = context.Process(target=_produce, daemon=True,
                                args=(bootstrap, names, partitions, args.rate, stop))
     producer.start()
-    service = Service(mirror_config(bootstrap, work, names, **{
-        "trigger.interval.ms": str(args.trigger_ms), "log.cleaner.backoff.ms": "15000"}))
+    port = _free_port()
+    extra = {"trigger.interval.ms": str(args.trigger_ms), "log.cleaner.backoff.ms": "15000",
+             "metrics.port": str(port)}
+    service = Service(mirror_config(bootstrap, work, names, **extra))
+    conf = work / "compactor.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {
+        "bootstrap.servers": bootstrap, "topics": ",".join(names),
+        "lake.path": str(work / "lake"), "checkpoint.path": str(work / "ckpt")}.items()))
     times = _BatchTimes()
     logging.getLogger("streaming.query").addHandler(times)
     thread = threading.Thread(target=service.run, daemon=True)
@@ -94,13 +123,20 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         while not times.times and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.2)
         first = len(times.times)
-        time.sleep(args.seconds)
+        tps = [(t, p) for t in names for p in range(partitions)]
+        reader = OffsetReader({"bootstrap.servers": bootstrap})
+        lags: list[float] = []  # sampled every 10 s: a lag that keeps growing is not held
+        until = time.monotonic() + args.seconds
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(10.0, left))
+            ends = reader.offsets(tps, "latest")
+            lags.append(sum(lake_files(work / "lake", t, ends)["lag"] for t in names))
         measured = times.times[first:]
         steps = times.steps[first:]
-        tps = [(t, p) for t in names for p in range(partitions)]
-        ends = OffsetReader({"bootstrap.servers": bootstrap}).offsets(tps, "latest")
+        ends = reader.offsets(tps, "latest")
         lake = [lake_files(work / "lake", t, ends) for t in names]
         memory = memory_mb()
+        answers = _operator_answers(port, conf)
     finally:
         stop.set()
         producer.join(30)
@@ -115,8 +151,10 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         "median s": statistics.median(ordered),
         "p90 s": ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))],
         "lag": sum(f["lag"] for f in lake),
+        "most lag": max(lags, default=float("nan")),
         "driver MB": memory["driver MB"],
         "files/closed segment": max(f.get("most files/closed segment", 0) for f in lake),
+        **answers,
         **where,
     }
 
@@ -147,11 +185,13 @@ def main() -> None:
     print(f"\n{args.rate} records/s in all, trigger {args.trigger_ms} ms, {args.seconds:.0f} s "
           f"measured per case, broker {args.broker}; work dir {work}")
     print(f"{'case':<32}{'batches':>8}{'median s':>10}{'ratio':>8}{'p90 s':>8}{'lag':>8}"
-          f"{'driver MB':>11}{'files/closed seg':>18}")
+          f"{'most lag':>9}{'driver MB':>11}{'files/closed seg':>18}{'metrics s':>11}"
+          f"{'status s':>10}")
     for label, r in results:
         print(f"{label:<32}{r['batches']:>8.0f}{r['median s']:>10.2f}"
               f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
-              f"{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}")
+              f"{r['most lag']:>9.0f}{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}"
+              f"{r['metrics s']:>11.2f}{r['status s']:>10.2f}")
     print(f"\nmedian seconds of each step of a micro-batch\n{'case':<32}"
           + "".join(f"{s:>9}" for s in ("plan", "write", "commit", "readers", "table")))
     for label, r in results:
