@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from compactor.ingest.rejected import RecordChecker
 from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.lake.datafiles import WrittenFile, write_data_file
-from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
-from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones
+from compactor.lake.layout import LOG_PARTITION_COLUMNS
+from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, no_tombstones
 from compactor.lake.rejected import (
     HEADERS_REASON,
     NULL_KEY_REASON,
@@ -111,8 +111,7 @@ class _Appender:
             self.files.append(write_data_file(
                 plan.rejected_path, "", table, int(record_sizes(table).sum()), "rejected",
                 storage=plan.storage))
-        rows = (pa.concat_tables(self.tombstones) if self.tombstones
-                else LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS))
+        rows = pa.concat_tables(self.tombstones) if self.tombstones else no_tombstones()
         return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(self.files),
                            WrittenTombstones(self.committed, plan.end - 1, rows),
                            _rejections(plan.partition, self.rejected))

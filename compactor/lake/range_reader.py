@@ -9,6 +9,7 @@ they keep, never a partition's values: their memory is a batch plus the tombston
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compactor.exceptions import LakeError
-from compactor.lake.layout import join
+from compactor.lake.layout import LOG_SCHEMA, join
 from compactor.lake.segments import DataFile, PartitionLog
 from compactor.lake.storage import Storage
 
@@ -39,6 +40,20 @@ class WrittenTombstones:
 
     def covers(self, lo: int, hi: int) -> bool:
         return self.after <= lo and hi == self.upto
+
+    def __reduce__(self) -> tuple[object, tuple[int, int, pa.Table | None]]:
+        # Most ranges hold no tombstone; an empty table pickles at a table's cost.
+        return _written, (self.after, self.upto, self.rows if self.rows.num_rows else None)
+
+
+@functools.cache
+def no_tombstones() -> pa.Table:
+    """An empty :attr:`WrittenTombstones.rows` (one, shared: a table is immutable)."""
+    return LOG_SCHEMA.empty_table().select(TOMBSTONE_COLUMNS)
+
+
+def _written(after: int, upto: int, rows: pa.Table | None) -> WrittenTombstones:
+    return WrittenTombstones(after, upto, no_tombstones() if rows is None else rows)
 
 
 def file_batches(log_uri: str, f: DataFile, columns: list[str] | None, storage: Storage,
