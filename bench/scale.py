@@ -7,8 +7,8 @@ Each case (``PxT``: T topics of P partitions): one broker (Apache Kafka by defau
 every case), a producer in a process of its own sending ``--rate`` records a second in all,
 keys spread over every partition of every topic, and ``compactor run``'s engine with a
 ``--trigger-ms`` trigger, measured for ``--seconds`` from its first micro-batch. Per case it
-prints the median and 90th percentile micro-batch time (the mirror's own batch records: plan,
-write, commit, tombstone readers, table), the end-to-end lag at the end and the most of it
+prints the median and 90th percentile micro-batch time (the mirror's own batch records: ranges,
+plan, write, commit, tombstone readers, table), the end-to-end lag at the end and the most of it
 seen every 10 s (offsets the broker has that the lake does not), the driver's resident
 memory, the most data files in a closed segment, and how long the metrics page and
 ``compactor status --json`` take to answer at the end, with each time's ratio to the first
@@ -42,6 +42,8 @@ from compactor.kafka.broker_offsets import OffsetReader  # noqa: E402
 from streaming.service import Service  # noqa: E402
 
 DEFAULT_CASES = "4x1,200x1,1000x1,20x50"
+# The mirror's steps of a micro-batch (streaming.query's ``steps``), as the table shows them.
+STEPS = ("ranges", "plan", "write", "commit", "readers", "table")
 
 
 def _produce(bootstrap: str, topics: list[str], partitions: int, rate: int,
@@ -145,7 +147,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         logging.getLogger("streaming.query").removeHandler(times)
     ordered = sorted(measured) or [float("nan")]
     where = {f"{name} s": statistics.median(s[name] for s in steps) if steps else float("nan")
-             for name in ("plan", "write", "commit", "readers", "table")}
+             for name in STEPS}
     return {
         "batches": float(len(measured)),
         "median s": statistics.median(ordered),
@@ -193,10 +195,9 @@ def main() -> None:
               f"{r['most lag']:>9.0f}{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}"
               f"{r['metrics s']:>11.2f}{r['status s']:>10.2f}")
     print(f"\nmedian seconds of each step of a micro-batch\n{'case':<32}"
-          + "".join(f"{s:>9}" for s in ("plan", "write", "commit", "readers", "table")))
+          + "".join(f"{s:>9}" for s in STEPS))
     for label, r in results:
-        print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}"
-                                       for s in ("plan", "write", "commit", "readers", "table")))
+        print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}" for s in STEPS))
 
 
 if __name__ == "__main__":

@@ -133,6 +133,7 @@ class Mirror:
         started = time.monotonic()
         assert self.batch_ranges is not None  # set by start(), before any batch
         ranges = self.batch_ranges.ranges(df, batch_id)
+        ranged = time.monotonic()
         now_ms = int(time.time() * 1000)
         plans = plan_ranges(self.config, ranges, now_ms, self._log_starts, self._rejected_read)
         if not plans:
@@ -177,7 +178,8 @@ class Mirror:
         done = time.monotonic()
         merge_s, took = done - merging, done - started
         # Where a micro-batch's time goes, for bench/soak.py (a log record's ``steps``).
-        steps = {"plan": planned - started, "write": written - planned,
+        steps = {"ranges": ranged - started, "plan": planned - ranged,
+                 "write": written - planned,
                  "wait": locked - written, "commit": committed - locked,
                  "readers": merging - committed, "table": merge_s}
         records = sum(s.records for s in stats.values())
