@@ -11,8 +11,9 @@ Commit protocol of one pass, per partition:
    for a partition with an expired tombstone horizon how far the latest-value table merged (later
    tombstones stay), the cleaner checkpoint C (``compactor-cleaner-<partition>``) and the fence F
    (``compactor-rewrite-<partition>``).
-2. One Spark task per partition runs :func:`compactor.cleaner.clean_partition`; it writes new
-   files and returns the files to remove and add and the new checkpoint C'.
+2. Spark tasks (at most one per core, each cleaning several partitions) run
+   :func:`compactor.cleaner.clean_partition`; it writes new files and returns the files to
+   remove and add and the new checkpoint C'.
 3. Under the commit lock (no other commit of this process touches the log meanwhile), the
    log's follower reads the commits since its last look and the commit is checked at the
    version it would land on: if the checkpoint is no longer C, the fence no longer F, a newer
@@ -22,7 +23,10 @@ Commit protocol of one pass, per partition:
    commit (consolidation's removes and adds with ``dataChange=false``), written as the next
    commit file only if no other writer created it first (:mod:`compactor.lake.log_commit`),
    so a double remove never lands.
-4. Vacuum deletes removed files past the grace period, and old orphans.
+4. The erasure ledger records, in one commit per topic, that the log finished the tombstones
+   of each cleaned partition up to C' - 1 (done events a crash loses before this, the next
+   run's reconcile writes from the checkpoints).
+5. Vacuum deletes removed files past the grace period, and old orphans.
 
 A partition whose task fails is marked uncleanable with its error and skipped by later passes
 of this process (``compactor clean --force`` retries it); the others go on.
@@ -53,12 +57,7 @@ from compactor.erasure.tombstones import Carried, TombstoneReaders
 from compactor.exceptions import CompactorError, LakeError
 from compactor.lake import fencing, log_commit
 from compactor.lake.commit_files import Conflict
-from compactor.lake.layout import (
-    LOG_PARTITION_COLUMNS,
-    LOG_SCHEMA,
-    open_table,
-    topic_paths,
-)
+from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, open_table, topic_paths
 from compactor.lake.log_follower import follow, log_view
 from compactor.positions import CLEANER, REWRITE, TABLE, WRITER
 from compactor.tasks import balanced_groups
@@ -303,10 +302,14 @@ class LogMaintenance:
                                f"{', overdue' if p.plan.range.must_clean else ''})"
                                for p in planned))
             results = self._execute([p.plan for p in planned])
+            done: dict[str, dict[int, tuple[int, int]]] = {}  # topic -> partition -> (upto, at)
             for item, result in zip(planned, results, strict=True):
-                committed = self._commit(item, result)
+                committed = self._commit(item, result, done)
                 report.outcomes.append(PartitionOutcome(
                     result.topic, result.partition, item.plan.range, result, committed))
+            for topic, parts in done.items():  # one ledger commit per topic, not per partition
+                self._ledger.record_done(topic, "log", {p: o for p, (o, _) in parts.items()},
+                                         at_ms={p: at for p, (_, at) in parts.items()})
         if not dry_run:
             for topic in chosen:
                 report.vacuumed += self._vacuum_topic(topic, now_ms)
@@ -338,7 +341,8 @@ class LogMaintenance:
                 break
         return reports
 
-    def _commit(self, item: _Planned, result: CleanResult) -> bool:
+    def _commit(self, item: _Planned, result: CleanResult,
+                done: dict[str, dict[int, tuple[int, int]]]) -> bool:
         key = (result.topic, result.partition)
         if result.error is not None:
             self._mark_uncleanable(result.topic, result.partition, item.plan.log_path,
@@ -390,8 +394,8 @@ class LogMaintenance:
         if result.removed or result.merged_from:
             self.note_removed(result.topic, now_ms)
         if result.stats.tombstones_stamped or result.stats.records_dropped:
-            self._ledger.record_done(result.topic, "log",
-                                     {result.partition: result.checkpoint - 1})
+            done.setdefault(result.topic, {})[result.partition] = (
+                result.checkpoint - 1, int(time.time() * 1000))
         s = result.stats
         log.info("cleaned %s-%d: checkpoint %d, %d records dropped, %d tombstones stamped, "
                  "%d tombstones gone, %d files merged into %d, %d files (%d bytes) written in "

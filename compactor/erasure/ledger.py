@@ -340,8 +340,9 @@ class ErasureLedger:
         return {p: o for (t, p), o in self._scanned.items() if t == topic}
 
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
-                    now_ms: int | None = None) -> None:
-        """``target`` finished every tombstone of each partition up to the given offset."""
+                    now_ms: int | None = None, at_ms: Mapping[int, int] | None = None) -> None:
+        """``target`` finished every tombstone of each partition up to the given offset, at
+        ``at_ms`` of the partition (default ``now_ms``, default the clock)."""
         if not upto:
             return
         ledger = open_table(self._path(topic), self._config.storage)
@@ -349,7 +350,8 @@ class ErasureLedger:
             return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         table = _rows("done", len(upto), partition=list(upto), offset=list(upto.values()),
-                      target=[target] * len(upto), atMs=[now] * len(upto))
+                      target=[target] * len(upto),
+                      atMs=[(at_ms or {}).get(p, now) for p in upto])
         # Through the table just opened: by path, delta-rs would open it a second time. Not
         # through a table kept open between calls: with deltalake 1.6.6, appends through one
         # object slow down with its age (``python bench/delta_appends.py``).

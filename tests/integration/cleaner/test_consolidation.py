@@ -91,9 +91,9 @@ def test_a_stale_plan_never_removes_a_file_twice(tmp_path: Path) -> None:
     append(config, "t", 0, [(7, b"later", b"v", T0 + 300_000)], now_ms=T0 + 300_000)
     [planned] = maintenance._plans(["t"], False, T0 + 301_000, PassReport())
     before = _rows(config, "t")
-    assert maintenance._commit(planned, clean_partition(planned.plan))  # the first one lands
+    assert maintenance._commit(planned, clean_partition(planned.plan), {})  # the first lands
     # The same plan again (as a second cleaner that planned from the same snapshot would
     # commit after the first): its checkpoint still matches, only the fence has moved.
-    assert not maintenance._commit(planned, clean_partition(planned.plan))
+    assert not maintenance._commit(planned, clean_partition(planned.plan), {})
     assert _rows(config, "t") == before
     assert _files_per_segment(config, "t") == {0: 1, 3: 1, 7: 1}

@@ -61,3 +61,28 @@ def test_when_a_reader_fails_the_topic_is_not_cleaned(tmp_path: Path) -> None:
         f.write_text("not json")  # the downstream table cannot be read now
     report = LogMaintenance(None, config).run_pass(force=True, now_ms=T0 + 1_000)
     assert not report.cleaned and log_rows(config, "t") == before
+
+
+def test_a_pass_records_what_the_log_finished_in_one_ledger_commit(tmp_path: Path) -> None:
+    """Each cleaned partition's done event (the log finished its tombstones up to the new
+    checkpoint), dated no earlier than that partition's cleaning commit, all in one commit."""
+    config = offline_config(str(tmp_path / "lake"), "t", cleanup_policy="compact",
+                            segment_bytes=20, min_cleanable_dirty_ratio=0.01,
+                            max_compaction_lag_ms=600_000)
+    for p in (0, 1, 2):
+        append(config, "t", p, [(0, b"alice", b"v0", T0), (1, b"alice", None, T0 + 1),
+                                (2, b"bob", b"v2", T0 + 2), (3, b"alice", b"v3", T0 + 3),
+                                (4, b"carol", b"v4", T0 + 4), (5, b"dave", b"v5", T0 + 5)],
+               now_ms=T0 + 10)
+    report = LogMaintenance(None, config).run_pass(force=True, now_ms=T0 + 1_000)
+    assert len(report.cleaned) == 3
+    ledger = DeltaTable(str(tmp_path / "lake" / "t" / "erasures"))
+    done = [r for r in ledger.to_pyarrow_table().to_pylist() if r["event"] == "done"]
+    log = read_partition_logs(DeltaTable(str(tmp_path / "lake" / "t" / "log")))
+    assert sorted((r["partition"], r["target"], r["offset"]) for r in done) == [
+        (p, "log", (log[p].cleaner_offset or 0) - 1) for p in (0, 1, 2)]
+    cleaned_at = [c["timestamp"] for c in DeltaTable(str(tmp_path / "lake" / "t" / "log"))
+                  .history() if c.get("compactor.operation") == "CLEAN"]
+    assert len(cleaned_at) == 3 and all(r["atMs"] >= min(cleaned_at) for r in done)
+    assert len([c for c in ledger.history()
+                if "finished the tombstones" in str(c.get("userMetadata", ""))]) == 1
