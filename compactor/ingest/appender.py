@@ -201,8 +201,6 @@ def append_ranges(plans: Sequence[PartitionPlan],
     apps = [_Appender(plan) for plan in plans]
     counts = [sum(b.num_rows for b in mine) for mine in batches]
     if sum(counts):
-        # One chunk: record_sizes reads list parent indices, which a chunk counts from 0.
-        table = pa.Table.from_batches(
-            [b for mine in batches for b in mine if b.num_rows]).combine_chunks()
+        table = pa.Table.from_batches([b for mine in batches for b in mine if b.num_rows])
         _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts))
     return [app.result() for app in apps]
