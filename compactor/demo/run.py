@@ -135,7 +135,7 @@ def _run(out: Path, users: int, updates: int, live_seconds: float) -> int:
             "schema.registry.url": registry.url,
         })
         say(f"[3/6] mirroring into {topic_paths(str(lake), TOPIC).log} with Spark "
-            "(local[2], one task per partition)")
+            "(local[2], a write task per core)")
         service = load_engine(config)
         service.install_signal_handlers()
         timeline = Timeline(service.config, TOPIC, started_ms=began_ms)
