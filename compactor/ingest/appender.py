@@ -33,7 +33,8 @@ from compactor.lake.segments import SegmentRoller, record_sizes
 
 _FLUSH_BYTES = 64 * 1024 * 1024
 
-Rows = npt.NDArray[np.int64]
+Rows = npt.NDArray[np.int64]  # a number per row
+Mask = npt.NDArray[np.bool_]
 
 
 class _SegmentBuffer:
@@ -132,7 +133,7 @@ def _bounds(owner: Rows, count: int) -> Rows:
     return np.searchsorted(owner, np.arange(count + 1))
 
 
-def _report(table: pa.Table, owner: Rows, mask: Rows, floor: Rows, reason: str,
+def _report(table: pa.Table, owner: Rows, mask: Mask, floor: Rows, reason: str,
             now_ms: int, apps: Sequence[_Appender]) -> None:
     """Give each appender its ``mask`` rows past its ``floor`` (not yet reported), as rows
     of ``rejected`` with ``reason``."""
