@@ -1,8 +1,9 @@
 """The mirror: a Structured Streaming query from Kafka into the lake's segment logs.
 
 The source plans offset ranges (``compactor.ranges``) and Spark keeps them in its checkpoint;
-``foreachBatch`` hands them to one write task per Kafka partition and commits the files
-(see :mod:`compactor.ingest.writer` for the commit protocol). Records never enter the JVM.
+``foreachBatch`` hands them to write tasks (one per core, each writing many Kafka partitions)
+and commits the files (see :mod:`compactor.ingest.writer` for the commit protocol). Records
+never enter the JVM.
 """
 
 from __future__ import annotations
