@@ -112,6 +112,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
     extra = {"trigger.interval.ms": str(args.trigger_ms), "log.cleaner.backoff.ms": "15000",
              "metrics.port": str(port)}
     service = Service(mirror_config(bootstrap, work, names, **extra))
+    work.mkdir(parents=True, exist_ok=True)
     conf = work / "compactor.properties"
     conf.write_text("".join(f"{k}={v}\n" for k, v in {
         "bootstrap.servers": bootstrap, "topics": ",".join(names),
