@@ -10,7 +10,7 @@ and the files are per partition. Tasks write files only; the driver commits them
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -56,9 +56,10 @@ def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
             kind = rejection_kind(reason)
             counts[kind] = counts.get(kind, 0) + 1
         if reasons:
-            at = int(pc.min(table.column("offset")).as_py())
-            if first is None or at < first[0]:
-                first = (at, reasons[table.column("offset").to_pylist().index(at)])
+            offsets = table.column("offset").to_numpy()
+            at = int(offsets.argmin())
+            if first is None or offsets[at] < first[0]:
+                first = (int(offsets[at]), reasons[at])
     return Rejections(counts, None if first is None
                       else f"partition {partition} offset {first[0]}: {first[1]}")
 
@@ -128,9 +129,12 @@ class _Appender:
         )
 
 
-def _bounds(owner: Rows, count: int) -> Rows:
-    """Where each of ``count`` owners' rows start and end in ``owner`` (ascending)."""
-    return np.searchsorted(owner, np.arange(count + 1))
+def _owned(owner: Rows, count: int) -> Iterator[tuple[int, int, int]]:
+    """(owner, first row, end row) of each of ``count`` owners with rows in ``owner``
+    (ascending)."""
+    bounds = np.searchsorted(owner, np.arange(count + 1))
+    for i in np.flatnonzero(np.diff(bounds)).tolist():
+        yield i, int(bounds[i]), int(bounds[i + 1])
 
 
 def _report(table: pa.Table, owner: Rows, mask: Mask, floor: Rows, reason: str,
@@ -140,11 +144,9 @@ def _report(table: pa.Table, owner: Rows, mask: Mask, floor: Rows, reason: str,
     mask = mask & (table.column("offset").to_numpy() > floor)
     if not mask.any():
         return
-    bad, bad_owner = table.filter(pa.array(mask)), owner[mask]
-    bounds = _bounds(bad_owner, len(apps))
-    for i in np.flatnonzero(np.diff(bounds)).tolist():
-        part = bad.slice(bounds[i], bounds[i + 1] - bounds[i])
-        apps[i].rejected.append(rejected_rows(part, reason, None, now_ms))
+    bad = table.filter(pa.array(mask))
+    for i, lo, hi in _owned(owner[mask], len(apps)):
+        apps[i].rejected.append(rejected_rows(bad.slice(lo, hi - lo), reason, None, now_ms))
 
 
 def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
@@ -171,16 +173,12 @@ def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
         _report(table, owner, no_headers, floor, HEADERS_REASON, now_ms, apps)
     erased = pc.and_(pc.is_null(table.column("value")), pc.is_valid(table.column("key")))
     if pc.any(erased).as_py():
-        mask = erased.to_numpy(zero_copy_only=False)
-        tombstones, their_owner = table.filter(erased).select(TOMBSTONE_COLUMNS), owner[mask]
-        bounds = _bounds(their_owner, len(apps))
-        for i in np.flatnonzero(np.diff(bounds)).tolist():
-            apps[i].tombstones.append(tombstones.slice(bounds[i], bounds[i + 1] - bounds[i]))
+        tombstones = table.filter(erased).select(TOMBSTONE_COLUMNS)
+        for i, lo, hi in _owned(owner[erased.to_numpy(zero_copy_only=False)], len(apps)):
+            apps[i].tombstones.append(tombstones.slice(lo, hi - lo))
     sizes = record_sizes(table)
     stamps_ms = table.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
-    bounds = _bounds(owner, len(apps))
-    for i in np.flatnonzero(np.diff(bounds)).tolist():
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
+    for i, lo, hi in _owned(owner, len(apps)):
         apps[i].add(table.slice(lo, hi - lo), sizes[lo:hi], stamps_ms[lo:hi])
 
 
