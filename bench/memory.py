@@ -91,7 +91,7 @@ _STEPS = (
     ("compactor.cleaner.partition_cleaner", "_rewrite_group", "rewrite"),
     ("compactor.cleaner.partition_cleaner", "_merge", "merge"),
     ("compactor.cleaner.maintenance", "LogMaintenance._commit", "commit"),
-    ("compactor.cleaner.maintenance", "LogMaintenance._vacuum_topic", "vacuum"),
+    ("compactor.cleaner.topic_vacuum", "TopicVacuum.run", "vacuum"),
 )
 
 

@@ -151,7 +151,8 @@ class Service:
             mirror.listeners.append(on_batch)
         cleaner = LogMaintenance(spark, self.config, self.commit_lock,
                                  nothing_in_flight=lambda: not mirror.in_batch,
-                                 readers=mirror.readers, compaction=self.config.cleaner.enable)
+                                 readers=mirror.readers, compaction=self.config.cleaner.enable,
+                                 vacuum_when_due=True)
         tables = []
         for topic in self.config.topics:
             paths = topic_paths(self.config.lake_path, topic)

@@ -26,7 +26,8 @@ Commit protocol of one pass, per partition:
 4. The erasure ledger records, in one commit per topic, that the log finished the tombstones
    of each cleaned partition up to C' - 1 (done events a crash loses before this, the next
    run's reconcile writes from the checkpoints).
-5. Vacuum deletes removed files past the grace period, and old orphans.
+5. Vacuum deletes removed files past the grace period, and old orphans
+   (:mod:`compactor.cleaner.topic_vacuum`; in a running service, of the topics due).
 
 A partition whose task fails is marked uncleanable with its error and skipped by later passes
 of this process (``compactor clean --force`` retries it); the others go on.
@@ -51,10 +52,10 @@ from compactor.cleaner.cleanable import (
 from compactor.cleaner.consolidation import merge_runs
 from compactor.cleaner.partition_cleaner import CleanPlan, CleanResult, clean_partition
 from compactor.cleaner.retention import expired_segments
-from compactor.cleaner.vacuum import Vacuum, ensure_properties, vacuum_due_ms
+from compactor.cleaner.topic_vacuum import TopicVacuum
 from compactor.config import CompactorConfig
 from compactor.erasure.tombstones import Carried, TombstoneReaders
-from compactor.exceptions import CompactorError, LakeError
+from compactor.exceptions import CompactorError
 from compactor.lake import fencing, log_commit
 from compactor.lake.commit_files import Conflict
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, open_table, topic_paths
@@ -144,31 +145,29 @@ class LogMaintenance:
     def __init__(self, spark: Any | None, config: CompactorConfig,
                  commit_lock: threading.Lock | None = None,
                  nothing_in_flight: Callable[[], bool] | None = None,
-                 readers: TombstoneReaders | None = None, compaction: bool = True) -> None:
+                 readers: TombstoneReaders | None = None, compaction: bool = True,
+                 vacuum_when_due: bool = False) -> None:
         self._spark = spark
         self._config = config
         # False (log.cleaner.enable=false in a run): retention and vacuum only, as Kafka's
         # setting stops its cleaner, not its retention.
         self._compaction = compaction
         self._lock = commit_lock or threading.Lock()
-        self._vacuum = Vacuum(config.storage)
         self.uncleanable: dict[tuple[str, int], str] = {}
-        self._vacuum_due: list[float] = []  # wall-clock ms when removed files pass the grace
         # The ledger and downstream tables: caught up before each pass, which then cleans
         # nothing they have not read (compactor.erasure.tombstones). The service shares the
         # mirror's.
         self._readers = readers or TombstoneReaders(config)
         self._ledger = self._readers.ledger
-        # True when no commit of this process is being prepared (set by the service); only
-        # then may orphans younger than an hour be deleted.
-        self._nothing_in_flight = nothing_in_flight
+        self.vacuum = TopicVacuum(config, self._ledger, self._lock, nothing_in_flight)
+        # A service's passes vacuum a topic when it is due; a pass on its own, every topic.
+        self._vacuum_when_due = vacuum_when_due
         # This run's writer generation per topic (compactor.lake.fencing); empty: no fencing.
         self.generations: dict[str, int] = {}
 
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        self._vacuum_due.append(vacuum_due_ms(now, self._config.topic(topic).vacuum_grace_ms))
+        self.vacuum.note_removed(topic, now_ms)
 
     def next_due_ms(self, now_ms: int | None = None) -> int | None:
         """The earliest wall-clock time at which some work falls due, from the Delta log.
@@ -178,7 +177,7 @@ class LogMaintenance:
         a dirty segment's forced-cleaning time, a tombstone horizon, a removed file's grace.
         """
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        due = [int(t) for t in self._vacuum_due]
+        due = self.vacuum.wake_times(now)
         for topic in self._config.topics:
             tc = self._config.topic(topic)
             if not (tc.compact and self._compaction):
@@ -198,7 +197,6 @@ class LogMaintenance:
                             if s.min_delete_horizon_ms is not None]
                 if horizons:
                     due.append(min(horizons))
-        self._vacuum_due = [t for t in self._vacuum_due if t > now]
         future = [t for t in due if t > now]
         return min(future) if future else None
 
@@ -235,6 +233,8 @@ class LogMaintenance:
                 carried = self._carry_tombstones(topic)
                 if carried is None:
                     continue
+                if carried.erased:  # rows deleted from downstream tables: vacuum them in time
+                    self.note_removed(topic)
             read_upto = carried.read_upto if carried is not None else None
             view = log_view(topic_paths(self._config.lake_path, topic).log,
                             self._config.storage)
@@ -312,7 +312,8 @@ class LogMaintenance:
                                          at_ms={p: at for p, (_, at) in parts.items()})
         if not dry_run:
             for topic in chosen:
-                report.vacuumed += self._vacuum_topic(topic, now_ms)
+                if not self._vacuum_when_due or self.vacuum.is_due(topic, now_ms):
+                    report.vacuumed += self.vacuum.run(topic, now_ms)
         report.seconds = time.monotonic() - started
         return report
 
@@ -403,45 +404,3 @@ class LogMaintenance:
                  s.tombstones_dropped, s.files_merged, len(result.merged),
                  len(result.added) + len(result.merged), s.bytes_written, s.seconds)
         return True
-
-    def _vacuum_topic(self, topic: str, now_ms: int | None = None) -> int:
-        """Vacuum the topic's log, latest-value table and rejected records (they hold keys
-        and values too) and its erasure ledger (pruned to its retention and compacted first);
-        returns the files deleted."""
-        paths = topic_paths(self._config.lake_path, topic)
-        tc = self._config.topic(topic)
-        grace = tc.vacuum_grace_ms
-        deleted = 0
-        ours = [paths.log, paths.table, paths.rejected, self._ledger.path(topic)]
-        theirs = [d.path for d in self._config.downstream if d.topic == topic]
-        with self._lock:
-            self._ledger.prune(topic, now_ms)
-            self._ledger.compact(topic)
-        for path in ours + theirs:
-            try:
-                table = open_table(path, self._config.storage)
-            except LakeError as exc:  # one broken table does not stop the others' vacuum
-                log.warning("%s", exc)
-                continue
-            if table is None:
-                continue
-            # Vacuum commits too: under the lock, so it never races this process's MERGEs.
-            with self._lock:
-                if path in ours:
-                    try:
-                        ensure_properties(table, grace)
-                    except Exception as exc:
-                        log.warning("%s: cannot record the vacuum grace: %s", path, exc)
-                idle = self._nothing_in_flight is not None and self._nothing_in_flight()
-                sweep = path in ours and tc.erasure_deadline and idle
-                try:
-                    deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep,
-                                                    tidy=path in ours and idle))
-                    if path == paths.table:
-                        deleted += len(self._vacuum.change_data(path, grace, now_ms))
-                    if path in ours:
-                        self._vacuum.expired_commits(path)
-                except LakeError as exc:
-                    log.warning("%s", exc)
-        return deleted
-

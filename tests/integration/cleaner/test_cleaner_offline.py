@@ -130,6 +130,42 @@ def test_vacuum_waits_for_the_grace_and_removes_old_orphans(tmp_path: Path) -> N
     assert reported == len(removed) + 1  # every removed file and the old orphan, once each
 
 
+def test_a_service_vacuums_a_topic_once_its_removals_pass_the_grace(tmp_path: Path) -> None:
+    """A running service's passes vacuum a topic without an erasure deadline when something
+    can be deleted (its first pass, a removal past the grace), not at every pass: a vacuum
+    opens every table of the topic."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
+                            min_cleanable_dirty_ratio=0.01, vacuum_grace_ms=1500)
+    now = int(time.time() * 1000)
+    append(config, "t", 0, [(i, b"k", b"v" * 10, now) for i in range(4)], now_ms=now)
+    root = Path(topic_paths(config.lake_path, "t").log)
+    before = set(root.rglob("*.parquet"))
+
+    maintenance = LogMaintenance(None, config, vacuum_when_due=True)
+    assert maintenance.vacuum.is_due("t", now)  # the run's first pass: an earlier run's files
+    maintenance.run_pass()  # cleans, so removes files, and vacuums
+    removed = before - {Path(u.removeprefix("file://")) for u in
+                        DeltaTable(str(root)).file_uris()}
+    assert removed and all(p.exists() for p in removed)
+    assert not maintenance.vacuum.is_due("t", int(time.time() * 1000))  # within the grace
+
+    deadline = time.time() + 30
+    while any(p.exists() for p in removed) and time.time() < deadline:
+        time.sleep(0.1)
+        maintenance.run_pass()
+    assert not any(p.exists() for p in removed), "removed files outlived the grace period"
+    assert not maintenance.vacuum.is_due("t", int(time.time() * 1000))
+    # Without a removal, the next vacuum comes a grace after the last (orphans, commit files).
+    assert maintenance.vacuum.is_due("t", int(time.time() * 1000) + 1500)
+
+    deadline_config = offline_config(str(tmp_path / "d"), "d", cleanup_policy="compact",
+                                     max_compaction_lag_ms=60_000, vacuum_grace_ms=1500)
+    erasing = LogMaintenance(None, deadline_config, vacuum_when_due=True)
+    erasing.run_pass()
+    # An erasure deadline: every pass, for orphans and a crashed run's removals.
+    assert erasing.vacuum.is_due("d", int(time.time() * 1000))
+
+
 def test_a_failing_partition_is_marked_uncleanable_and_the_others_go_on(tmp_path: Path) -> None:
     config = offline_config(str(tmp_path), "t", cleanup_policy="compact", segment_bytes=20,
                             min_cleanable_dirty_ratio=0.01)
@@ -188,7 +224,7 @@ def test_a_deadline_topic_sweeps_orphans_past_the_grace_only_when_nothing_is_in_
     ten_seconds_ago = time.time() - 10
     os.utime(orphan, (ten_seconds_ago, ten_seconds_ago))
     maintenance = LogMaintenance(None, config, nothing_in_flight=lambda: not in_flight)
-    maintenance._vacuum._last_full[str(root)] = time.monotonic()  # the hourly sweep just ran
+    maintenance.vacuum._vacuum._last_full[str(root)] = time.monotonic()  # the hourly sweep ran
     first = maintenance.run_pass(now_ms=T0 + 1)  # cleans: removes files, within their grace
     assert orphan.exists() == in_flight
     assert first.vacuumed == (0 if in_flight else 1)
