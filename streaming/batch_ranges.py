@@ -10,6 +10,11 @@ driver, with the same data-loss checks against the broker's log start.
 The plan is reached through Py4J (``StreamExecution.lastExecution``), which is not a public
 API: the node is matched by class name and its batch id must be the batch's, otherwise the
 DataFrame is collected as before, so a Spark that moves it costs time, not correctness.
+
+The offsets' JSON (tens of kilobytes over hundreds of partitions) is read from the JVM in
+pieces of :data:`_PIECE` characters: Py4J writes a longer answer in two sends, and the second
+waits for the acknowledgement of the first, which the Python side delays (Nagle's algorithm
+against delayed ACKs, a fixed stall per answer whatever its size).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ log = logging.getLogger(__name__)
 
 Range = tuple[str, int, int, int]  # topic, partition, first offset, end offset (exclusive)
 _SCAN = "StreamingDataSourceV2ScanRelation"
+_PIECE = 4000  # characters per Py4J answer: Py4J sends one answer of up to 8 KB at once
 
 
 class BatchRanges:
@@ -63,7 +69,8 @@ class BatchRanges:
                     self._execution = self._find_execution()
                 if self._execution is None:
                     break
-                found = _scan_offsets(self._execution.lastExecution().logical(), batch_id)
+                found = _scan_offsets(self._spark.sparkContext._jvm,
+                                      self._execution.lastExecution().logical(), batch_id)
                 if found is not None:
                     return found
         except (Py4JError, AttributeError, ValueError) as exc:
@@ -85,7 +92,7 @@ class BatchRanges:
             self._warned = True
 
 
-def _scan_offsets(plan: Any, batch_id: int) -> tuple[Offsets, Offsets] | None:
+def _scan_offsets(jvm: Any, plan: Any, batch_id: int) -> tuple[Offsets, Offsets] | None:
     """The start and end offsets of the single source scan in ``plan``, if it is this batch's."""
     batch = plan.batchId()
     if batch.isEmpty() or int(batch.get()) != batch_id:
@@ -101,4 +108,22 @@ def _scan_offsets(plan: Any, batch_id: int) -> tuple[Offsets, Offsets] | None:
     start, end = scans[0].startOffset(), scans[0].endOffset()
     if start.isEmpty() or end.isEmpty():
         return None
-    return json.loads(start.get().json()), json.loads(end.get().json())
+    return _offset_json(jvm, start.get()), _offset_json(jvm, end.get())
+
+
+def _text(jvm: Any, obj: Any) -> str:
+    """``obj.toString()`` of a JVM object, read in pieces that each fit one Py4J answer."""
+    text = jvm.java.lang.StringBuilder().append(obj)  # held in the JVM: not sent back whole
+    size = int(text.length())
+    return "".join(text.substring(i, min(size, i + _PIECE)) for i in range(0, size, _PIECE))
+
+
+def _offset_json(jvm: Any, offset: Any) -> Offsets:
+    """A JVM ``Offset``'s JSON (its ``toString()`` is its ``json()``), read in pieces."""
+    try:
+        parsed = json.loads(_text(jvm, offset))
+    except ValueError:  # a Spark whose offsets print otherwise: the one long answer
+        parsed = None
+    if not isinstance(parsed, dict):
+        parsed = json.loads(offset.json())
+    return parsed  # type: ignore[no-any-return]

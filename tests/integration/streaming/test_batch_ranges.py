@@ -3,6 +3,7 @@ ranges DataFrame (the slow path it replaces and falls back to)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -83,3 +84,19 @@ def test_a_plan_without_the_offsets_falls_back_to_running_the_ranges(
         assert ranges == rows
     warnings = [r for r in caplog.records if r.name == "streaming.batch_ranges"]
     assert len(warnings) == 1 and "running the batch's range DataFrame" in warnings[0].getMessage()
+
+
+def test_offsets_longer_than_one_py4j_answer_are_read_whole(spark) -> None:
+    from streaming.batch_ranges import _PIECE, _offset_json, _text
+
+    # 1,000 partitions of two topics: the JSON spans many pieces, and a piece boundary
+    # falls inside names and numbers.
+    wanted = {f"orders-{t}": {str(p): p * 7919 for p in range(1000)} for t in range(2)}
+    text = json.dumps(wanted)
+    assert len(text) > 5 * _PIECE
+    jvm = spark.sparkContext._jvm
+    # The offset class of a Python streaming source, as Spark's plan holds it.
+    offset = jvm.org.apache.spark.sql.execution.datasources.v2.python \
+        .PythonStreamingSourceOffset(text)
+    assert _text(jvm, offset) == text  # read in pieces, not through json()'s one answer
+    assert _offset_json(jvm, offset) == wanted
