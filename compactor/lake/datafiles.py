@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +28,13 @@ from compactor.lake.layout import data_file_name, join
 from compactor.lake.storage import Storage, is_local, local_path
 
 NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
+
+
+def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """The Parquet writer's settings of every data file (statistics of non-PII columns only)."""
+    return {"compression": "zstd",
+            "write_statistics": [c for c in NON_PII_STATS if c in schema.names],
+            "use_dictionary": ["topic"] if "topic" in schema.names else False}
 
 
 @dataclass(frozen=True)
@@ -153,11 +161,8 @@ class DataFileBuilder:
             return
         if self._writer is None:
             os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
-            stats_cols = [c for c in NON_PII_STATS if c in batch.schema.names]
-            self._writer = pq.ParquetWriter(
-                self._tmp, batch.schema, compression="zstd", write_statistics=stats_cols,
-                use_dictionary=["topic"] if "topic" in batch.schema.names else False,
-            )
+            self._writer = pq.ParquetWriter(self._tmp, batch.schema,
+                                            **_parquet_options(batch.schema))
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         self._writer.write_table(table)
         self._stats.add(batch)
@@ -216,10 +221,50 @@ class DataFileBuilder:
 def write_data_file(table_root: str, directory: str, table: pa.Table, record_bytes: int,
                     kind: str = "log", partition_values: Mapping[str, str] | None = None,
                     *, storage: Storage) -> WrittenFile:
-    """Write one complete table as one data file."""
-    builder = DataFileBuilder(table_root, directory, kind, partition_values, storage=storage)
-    builder.write(table, record_bytes)
-    written = builder.close()
-    if written is None:
+    """Write one complete table as one data file.
+
+    On a local disk the file is made in memory and written once, beside its final place under
+    a temporary name, then renamed: a micro-batch writes one such small file per partition
+    with records, and a Parquet writer on a file costs more than the file's bytes.
+    """
+    if table.num_rows == 0:
         raise LakeError(f"refusing to write an empty data file under {table_root}/{directory}")
-    return written
+    if not is_local(table_root):
+        builder = DataFileBuilder(table_root, directory, kind, partition_values, storage=storage)
+        builder.write(table, record_bytes)
+        written = builder.close()
+        assert written is not None  # the table has rows
+        return written
+    stats = _Stats()
+    stats.add(table)
+    name = data_file_name(stats.lo["offset"], stats.hi["offset"], record_bytes)
+    relative = f"{directory}/{name}" if directory else name
+    final = os.path.join(local_path(table_root), relative)
+    sink = pa.BufferOutputStream()
+    try:
+        pq.write_table(table, sink, **_parquet_options(table.schema))
+        data = sink.getvalue()
+        _place(final, data)
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot write data file {final}: {exc}") from exc
+    return WrittenFile(kind, relative, data.size, dict(partition_values or {}), stats.json(),
+                       stats.records, record_bytes, newest_ms=stats.hi.get("timestamp"))
+
+
+def _place(final: str, data: pa.Buffer) -> None:
+    """Write ``data`` to ``final`` through a temporary file beside it, so that the name never
+    shows a partial file; the directory is made when missing."""
+    tmp = os.path.join(os.path.dirname(final), f".tmp-{uuid.uuid4().hex}.parquet")
+    try:
+        out = open(tmp, "wb")  # noqa: SIM115 (closed below, before the rename)
+    except FileNotFoundError:  # the segment's first file
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        out = open(tmp, "wb")  # noqa: SIM115
+    try:
+        with out:
+            out.write(memoryview(data))
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
