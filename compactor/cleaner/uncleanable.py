@@ -80,9 +80,11 @@ def clearing(partition: int, now_ms: int) -> Transaction:
     return CLEANABLE.moved_to(now_ms, partition, now_ms=now_ms)
 
 
-def read(table: DeltaTable, partitions: Iterable[int]) -> dict[int, Uncleanable]:
-    """The uncleanable partitions among ``partitions``, with when and why."""
-    since = {p: _marked_since(table, p) for p in partitions}
+def read(table: DeltaTable, partitions: Iterable[int],
+         position: Callable[[str], int | None] | None = None) -> dict[int, Uncleanable]:
+    """The uncleanable partitions among ``partitions``, with when and why (``position``: the
+    snapshot's app transactions, default delta-rs's lookup)."""
+    since = {p: marked_at(position or table.transaction_version, p) for p in partitions}
     marked = {p: t for p, t in since.items() if t is not None}
     if not marked:
         return {}

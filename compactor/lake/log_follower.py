@@ -50,6 +50,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
+from compactor.lake.app_transactions import app_transactions
 from compactor.lake.commit_files import (
     Conflict,
     Overtaken,
@@ -105,6 +106,7 @@ class LogFollower:
         self._where: dict[str, tuple[int, int]] = {}
         self._segments: dict[int, dict[int, Segment]] = {}
         self._txns: dict[str, int | None] = {}  # moved since the base snapshot, or found in it
+        self._all_txns = False  # _txns holds every app transaction of the base snapshot
         self._logs: dict[int, PartitionLog] = {}
         self._dirty: set[int] = set()  # partitions whose PartitionLog is rebuilt
         self._dirty_segments: set[tuple[int, int]] = set()  # segments rebuilt from their files
@@ -282,7 +284,7 @@ class LogFollower:
     def _txn(self, app_id: str) -> int | None:
         """A position: from the commits read since the base snapshot, else looked up in it
         once (absent ones too: a delta-rs lookup walks a large log's snapshot)."""
-        if app_id not in self._txns and self._base is not None:
+        if app_id not in self._txns and self._base is not None and not self._all_txns:
             self._txns[app_id] = self._base.transaction_version(app_id)
         return self._txns.get(app_id)
 
@@ -300,7 +302,8 @@ class LogFollower:
         self._plain = table.protocol().min_writer_version in _PLAIN_WRITER_VERSIONS
         self._configure(table.metadata().configuration)
         self._files, self._where, self._segments = {}, {}, {}
-        self._txns, self._logs = {}, {}
+        found = app_transactions(table, self.uri, self._storage)
+        self._txns, self._logs, self._all_txns = dict(found or {}), {}, found is not None
         self._dirty, self._dirty_segments = set(), set()
         for f in files:
             self._add(f)

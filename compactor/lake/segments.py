@@ -325,13 +325,15 @@ def partition_logs(files: Iterable[DataFile], txn: Callable[[str], int | None],
 
 
 def read_partition_logs(
-    table: DeltaTable, partitions: Iterable[int] | None = None
+    table: DeltaTable, partitions: Iterable[int] | None = None,
+    position: Callable[[str], int | None] | None = None,
 ) -> Mapping[int, PartitionLog]:
     """Every partition's segments and positions, from one snapshot of ``table``.
 
     Reads every add action: for one-off readers. A long-running process follows the log
-    with :mod:`compactor.lake.log_follower` instead.
+    with :mod:`compactor.lake.log_follower` instead. ``position``: the snapshot's app
+    transactions read at once (:mod:`compactor.lake.app_transactions`); default delta-rs's.
     """
     actions = pa.table(table.get_add_actions(flatten=True))
     files = _files_from_actions(actions) if actions.num_rows else []
-    return partition_logs(files, table.transaction_version, partitions)
+    return partition_logs(files, position or table.transaction_version, partitions)

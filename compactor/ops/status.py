@@ -18,6 +18,7 @@ from compactor.config import CompactorConfig
 from compactor.erasure.ledger import ErasureLedger
 from compactor.exceptions import CompactorError
 from compactor.kafka.broker_offsets import OffsetReader
+from compactor.lake.app_transactions import position_lookup
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.log_follower import follow, log_view
 from compactor.lake.segments import PartitionLog, read_partition_logs
@@ -113,8 +114,9 @@ def _logs(config: CompactorConfig, topic: str, followed: bool
     table = open_table(uri, config.storage)
     if table is None:
         return {}, {}, None
-    logs = read_partition_logs(table)
-    return logs, uncleanable.read(table, logs), CAUGHT_UP.read(table)
+    lookup = position_lookup(table, uri, config.storage)  # thousands of positions, one read
+    logs = read_partition_logs(table, position=lookup)
+    return logs, uncleanable.read(table, logs, lookup), lookup(CAUGHT_UP.id())
 
 
 def _source(topic: str, caught_up: int | None, ledger: ErasureLedger,
