@@ -110,7 +110,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
     producer.start()
     port = _free_port()
     extra = {"trigger.interval.ms": str(args.trigger_ms), "log.cleaner.backoff.ms": "15000",
-             "metrics.port": str(port)}
+             "metrics.port": str(port), **dict(kv.split("=", 1) for kv in args.set)}
     service = Service(mirror_config(bootstrap, work, names, **extra))
     work.mkdir(parents=True, exist_ok=True)
     conf = work / "compactor.properties"
@@ -171,6 +171,9 @@ def main() -> None:
     ap.add_argument("--trigger-ms", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=90.0, help="measured per case")
     ap.add_argument("--broker", choices=BROKERS, default="kafka")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a mirror setting for every case (repeatable), e.g. "
+                         "table.merge.interval.ms=60000")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("streaming.query").setLevel(logging.INFO)

@@ -82,6 +82,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     settings = {"cleanup.policy": "compact", **{k.replace("_", "."): v for k, v in config.items()}}
     admin.create_topics([NewTopic(topic, partitions, 1, config=settings)])[topic].result()
+    # The controller answers once the topic is committed; the broker may not serve its
+    # metadata yet (many partitions), and a mirror started then would find no topic.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and len(found.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} was created but its metadata did not appear in 60 s")
 
 
 def consume_loop(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[float, int]:
