@@ -70,6 +70,22 @@ def _iso_ms(ms: int) -> str | None:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
+def _bounds(column: pa.Array | pa.ChunkedArray) -> tuple[int, int] | None:
+    """(min, max) of an integer column, None when every value is null."""
+    if column.null_count == len(column):
+        return None
+    if column.null_count == 0:  # numpy: a fraction of a compute kernel call's overhead
+        values = column.to_numpy()
+        return int(values.min()), int(values.max())
+    bounds = pc.min_max(column)
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+
+
+def _to_ms(micros: int) -> int:
+    """Microseconds to milliseconds, truncated toward zero."""
+    return micros // 1000 if micros >= 0 else -(-micros // 1000)
+
+
 class _Stats:
     """Running Delta statistics of the non-PII columns."""
 
@@ -85,7 +101,7 @@ class _Stats:
         self.records += table.num_rows
         columns = {
             "offset": table.column("offset"),
-            "timestamp": pc.divide(table.column("timestamp").cast(pa.int64()), 1000),
+            "timestamp": table.column("timestamp").cast(pa.int64()),  # microseconds
         }
         if "deleteHorizonMs" in table.column_names:
             columns["deleteHorizonMs"] = table.column("deleteHorizonMs")
@@ -93,11 +109,14 @@ class _Stats:
             self.nulls["deleteHorizonMs"] += table.num_rows
         for name, column in columns.items():
             self.nulls[name] += column.null_count
-            bounds = pc.min_max(column)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            if low is not None:
-                self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
-                self.hi[name] = high if name not in self.hi else max(self.hi[name], high)
+            bounds = _bounds(column)
+            if bounds is None:
+                continue
+            low, high = bounds
+            if name == "timestamp":  # truncated to ms, as Arrow's integer divide does
+                low, high = _to_ms(low), _to_ms(high)
+            self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
+            self.hi[name] = high if name not in self.hi else max(self.hi[name], high)
 
     def json(self) -> str:
         mins: dict[str, object] = {}

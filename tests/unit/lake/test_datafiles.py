@@ -53,3 +53,30 @@ def test_a_table_written_whole_matches_the_same_rows_streamed(tmp_path: Path) ->
         with_stats = {meta.column(i).path_in_schema for i in range(meta.num_columns)
                       if meta.column(i).is_stats_set}
         assert with_stats <= set(NON_PII_STATS) and "offset" in with_stats
+
+
+def test_statistics_match_arrows_for_negative_null_and_mixed_columns() -> None:
+    import json
+
+    import pyarrow.compute as pc
+
+    from compactor.lake.datafiles import file_stats
+
+    rows = _rows([3, 1, 2, 9])
+    stamps = pa.array([-1_500, 2_999, None, -1], pa.int64()).cast(FILE_SCHEMA.field(
+        "timestamp").type)  # before 1970 (Kafka's -1 ms: no timestamp), and a null
+    horizons = pa.array([None, 40, None, 7], pa.int64())
+    rows = rows.set_column(rows.schema.get_field_index("timestamp"), "timestamp", stamps)
+    rows = rows.set_column(rows.schema.get_field_index("deleteHorizonMs"), "deleteHorizonMs",
+                           horizons)
+    stats = json.loads(file_stats(rows))
+
+    ms = pc.min_max(pc.divide(stamps.cast(pa.int64()), 1000))  # what Arrow's kernels give
+    assert (ms["min"].as_py(), ms["max"].as_py()) == (-1, 2)
+    assert stats["minValues"]["offset"] == 1 and stats["maxValues"]["offset"] == 9
+    assert stats["minValues"]["deleteHorizonMs"] == 7
+    assert stats["maxValues"]["deleteHorizonMs"] == 40
+    assert stats["minValues"]["timestamp"] == "1969-12-31T23:59:59.999Z"  # -1 ms
+    assert stats["maxValues"]["timestamp"] == "1970-01-01T00:00:00.002Z"
+    assert stats["nullCount"] == {"offset": 0, "timestamp": 1, "deleteHorizonMs": 2}
+    assert stats["numRecords"] == 4
