@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +54,7 @@ from compactor.formats.columns import typed_columns
 from compactor.formats.records import decode_records, decoders_for
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake import operations
+from compactor.lake.app_transactions import position_lookup
 from compactor.lake.layout import (
     CHANGE_FEED,
     TABLE_PROPERTIES_LATEST,
@@ -172,15 +173,17 @@ def log_start(plog: PartitionLog) -> int | None:
 
 
 def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], path: str,
-                  topic: str) -> int:
+                  topic: str, position: Callable[[str], int | None] | None = None) -> int:
     """Delete the rows whose record lies below its partition's log start; how many went.
 
-    The predicate names partitions and offsets only, never a key.
+    The predicate names partitions and offsets only, never a key. ``position``: the
+    table's app transactions (default: delta-rs's lookup of each).
     """
     moved = {}
+    lookup = position or table.transaction_version
     for partition, plog in partitions.items():
         start = log_start(plog)
-        done = RETAINED.read(table, partition)
+        done = lookup(RETAINED.id(partition))
         if start is not None and start > (done if done is not None else 0):
             moved[partition] = start
     if not moved:
@@ -231,14 +234,16 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     if view is None:
         return LatestStats()
     table = _ensure_latest(paths.table, storage, change_feed)
-    retained = drop_retained(table, view.partitions, paths.table, topic)
+    # Two positions per partition: read at once (drop_retained moves RETAINED ones only).
+    position = position_lookup(table, paths.table, storage)
+    retained = drop_retained(table, view.partitions, paths.table, topic, position)
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]
     for partition, plog in view.partitions.items():
         if partitions is not None and partition not in partitions:
             continue
-        merged = TABLE.read(table, partition)
+        merged = position(TABLE.id(partition))
         lo = merged if merged is not None else -1
         if plog.committed_offset is None or plog.committed_offset <= lo:
             continue
