@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from compactor.exceptions import LakeError
-from compactor.lake.commit_files import read_commit, read_log_file
+from compactor.lake.commit_files import read_log_file
 from compactor.lake.layout import join
 from compactor.lake.storage import Storage
 
@@ -62,14 +62,19 @@ def app_transactions(table: DeltaTable, uri: str, storage: Storage) -> dict[str,
         return None
     for v in range(start, version + 1):
         try:
-            actions = read_commit(uri, storage, v)
+            text = read_log_file(uri, storage, f"{v:020d}.json")
         except LakeError:
             return None
-        if actions is None:  # removed by log cleanup, or a checkpoint not recorded
+        if text is None:  # removed by log cleanup, or a checkpoint not recorded
             return None
-        for action in actions:
-            if "txn" in action:
-                found[action["txn"]["appId"]] = int(action["txn"]["version"])
+        for line in text.splitlines():
+            if '"txn"' not in line[:16]:  # one action per line: parse the app transactions only
+                continue
+            try:
+                txn = json.loads(line)["txn"]
+                found[txn["appId"]] = int(txn["version"])
+            except (ValueError, KeyError, TypeError):
+                return None
     return found
 
 
