@@ -265,7 +265,8 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
         data = sink.getvalue()
         _place(final, data)
     except (OSError, pa.ArrowException) as exc:
-        raise LakeError(f"cannot write data file {final}: {exc}") from exc
+        raise LakeError(f"cannot write a data file in {os.path.dirname(final)}: {exc}") \
+            from exc
     return WrittenFile(kind, relative, data.size, dict(partition_values or {}), stats.json(),
                        stats.records, record_bytes, newest_ms=stats.hi.get("timestamp"))
 
