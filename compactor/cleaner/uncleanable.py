@@ -81,10 +81,10 @@ def clearing(partition: int, now_ms: int) -> Transaction:
 
 
 def read(table: DeltaTable, partitions: Iterable[int],
-         position: Callable[[str], int | None] | None = None) -> dict[int, Uncleanable]:
+         position: Callable[[str], int | None]) -> dict[int, Uncleanable]:
     """The uncleanable partitions among ``partitions``, with when and why (``position``: the
-    snapshot's app transactions, default delta-rs's lookup)."""
-    since = {p: marked_at(position or table.transaction_version, p) for p in partitions}
+    snapshot's app transactions, :func:`compactor.lake.app_transactions.position_lookup`)."""
+    since = {p: marked_at(position, p) for p in partitions}
     marked = {p: t for p, t in since.items() if t is not None}
     if not marked:
         return {}

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compactor.exceptions import LakeError
+from compactor.lake.app_transactions import position_lookup
 from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
 from compactor.lake.layout import join, open_table
 from compactor.lake.storage import Storage
@@ -353,9 +354,10 @@ class BacklogFollower:
                                 filter=EVENT == "done")
         partitions = set(pc.unique(tomb["partition"]).to_pylist()) | set(
             pc.unique(done["partition"]).to_pylist())
-        scanned = {p: s for p in partitions if (s := LEDGER.read(table, p)) is not None}
+        position = position_lookup(table, self.uri, self._storage)  # one read, not one each
+        scanned = {p: s for p in partitions if (s := position(LEDGER.id(p))) is not None}
         self._state = state_of(tomb, done, scanned, self._targets)
-        self._state.pruned_late = PRUNED_LATE.read(table) or 0
+        self._state.pruned_late = position(PRUNED_LATE.id()) or 0
         self._version = table.version()
         self._table_id = str(table.metadata().id)
         self.full_loads += 1

@@ -40,6 +40,7 @@ from deltalake import DeltaTable
 from compactor.exceptions import BrokerUnavailableError, LakeError
 from compactor.kafka.clients import with_logger
 from compactor.kafka.schema import KAFKA_SCHEMA
+from compactor.lake.app_transactions import position_lookup
 from compactor.lake.layout import (
     join,
     read_table,
@@ -161,14 +162,15 @@ def open_log(lake_path: str, topic: str, version: int | None = None,
     storage = Storage(dict(storage_options or {}))
     log_uri = topic_paths(lake_path, topic).log
     table = _open(log_uri, "log", version, storage)
-    logs = read_partition_logs(table)
+    position = position_lookup(table, log_uri, storage)
+    logs = read_partition_logs(table, position=position)
     # A partition whose records retention removed keeps its ingest transaction: probe the
     # partition numbers up to the highest with files, and past it while transactions exist.
     probe = set(range(max(logs) + 1)) if logs else set()
-    while INGEST.read(table, len(probe)) is not None:
+    while position(INGEST.id(len(probe))) is not None:
         probe.add(len(probe))
     if probe - set(logs):
-        logs = read_partition_logs(table, probe)
+        logs = read_partition_logs(table, probe, position)
     return LogSnapshot(topic, log_uri, table.version(), logs, storage)
 
 
@@ -180,12 +182,15 @@ def open_latest(lake_path: str, topic: str, version: int | None = None,
     table = _open(paths.table, "latest-value table", version, storage)
     rows = read_table(table)
     # Every partition the log knows; one the table never merged starts at offset 0.
-    partitions = set(read_partition_logs(_open(paths.log, "log", None, storage)))
+    log_table = _open(paths.log, "log", None, storage)
+    partitions = set(read_partition_logs(log_table, position=position_lookup(
+        log_table, paths.log, storage)))
     if rows.num_rows:
         partitions.update(pc.unique(rows.column("partition")).to_pylist())
     ends = {}
+    merged_at = position_lookup(table, paths.table, storage)
     for p in sorted(partitions):
-        merged = TABLE.read(table, p)
+        merged = merged_at(TABLE.id(p))
         ends[p] = merged + 1 if merged is not None else 0
     return LatestSnapshot(topic, table.version(), rows, ends)
 

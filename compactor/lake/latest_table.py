@@ -173,17 +173,16 @@ def log_start(plog: PartitionLog) -> int | None:
 
 
 def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], path: str,
-                  topic: str, position: Callable[[str], int | None] | None = None) -> int:
+                  topic: str, position: Callable[[str], int | None]) -> int:
     """Delete the rows whose record lies below its partition's log start; how many went.
 
     The predicate names partitions and offsets only, never a key. ``position``: the
-    table's app transactions (default: delta-rs's lookup of each).
+    table's app transactions (:func:`~compactor.lake.app_transactions.position_lookup`).
     """
     moved = {}
-    lookup = position or table.transaction_version
     for partition, plog in partitions.items():
         start = log_start(plog)
-        done = lookup(RETAINED.id(partition))
+        done = position(RETAINED.id(partition))
         if start is not None and start > (done if done is not None else 0):
             moved[partition] = start
     if not moved:
