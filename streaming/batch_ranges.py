@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 Range = tuple[str, int, int, int]  # topic, partition, first offset, end offset (exclusive)
 _SCAN = "StreamingDataSourceV2ScanRelation"
-_PIECE = 4000  # characters per Py4J answer: Py4J sends one answer of up to 8 KB at once
+_PIECE = 4000  # characters per Py4J answer: each fits one send (bench/README.md)
 
 
 class BatchRanges:
