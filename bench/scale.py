@@ -43,7 +43,7 @@ from streaming.service import Service  # noqa: E402
 
 DEFAULT_CASES = "4x1,200x1,1000x1,20x50"
 # The mirror's steps of a micro-batch (streaming.query's ``steps``), as the table shows them.
-STEPS = ("ranges", "plan", "write", "commit", "readers", "table")
+STEPS = ("ranges", "plan", "write", "verify", "wait", "commit", "readers", "table")
 
 
 def _produce(bootstrap: str, topics: list[str], partitions: int, rate: int,

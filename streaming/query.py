@@ -94,6 +94,13 @@ def unwrap_error(exc: BaseException) -> CompactorError:
     return StreamingError(f"the streaming query failed: {first}")
 
 
+def early_merge_s(interval_s: float, trigger_ms: int) -> float:
+    """How long before a table is due its MERGE may run between micro-batches: one trigger
+    interval (a gap between batches falls in it when the mirror keeps up), at most a quarter
+    of the table's interval, so that merging early adds at most a quarter more MERGEs."""
+    return min(trigger_ms / 1000, interval_s / 4)
+
+
 class Mirror:
     """Builds and runs the mirror query for one configuration."""
 
@@ -157,6 +164,7 @@ class Mirror:
             .flatMap(lambda group: write_ranges(group, client, 120_000, fail))
             .collect()
         )
+        collected = time.monotonic()
         if self.incarnations is not None:  # nothing read from a recreated topic is committed
             self.incarnations.verify({plan.topic for plan in plans})
         written = time.monotonic()
@@ -180,7 +188,7 @@ class Mirror:
         merge_s, took = done - merging, done - started
         # Where a micro-batch's time goes, for bench/soak.py (a log record's ``steps``).
         steps = {"ranges": ranged - started, "plan": planned - ranged,
-                 "write": written - planned,
+                 "write": collected - planned, "verify": written - collected,
                  "wait": locked - written, "commit": committed - locked,
                  "readers": merging - committed, "table": merge_s}
         records = sum(s.records for s in stats.values())
@@ -211,33 +219,44 @@ class Mirror:
         """Bring each latest-value table (of ``topics``, default all) up to its log once it
         is due (``table_merge_ms`` after its last MERGE), or now (``force``).
 
-        The service loop calls it every 200 ms, also while a micro-batch runs: a MERGE is a large
-        part of a catch-up's batch that need not hold up the next batch's reads. A micro-batch
-        merges only the tables whose cadence is 0 (after every batch), before it returns.
+        The service loop calls it every 200 ms. A table is merged in the last stretch before
+        it is due (:func:`early_merge_s`) while no micro-batch runs, so that its MERGE uses the
+        idle time between batches rather than the cores of a batch's write tasks; once due it
+        is merged beside a running batch too (its commit waits for the MERGE of one topic at a
+        time). A micro-batch merges only the tables whose cadence is 0 (after every batch),
+        before it returns.
         """
         now = time.monotonic()
-        due = [t for t in (self.config.topics if topics is None else topics)
-               if force or now - self._last_merge.get(t, -math.inf)
-               >= self.config.table_merge_ms(t) / 1000]
-        if not due:
-            return
-        with self.commit_lock:
-            for topic in due:
-                merge_started = time.monotonic()
-                merged = catch_up(self.config.lake_path, topic, self.config.storage,
-                                  self.config.format(topic),
-                                  generation=self.generations.get(topic),
-                                  erase_moved=self.config.cleaner.enable
-                                  and self.config.topic(topic).compact,
-                                  change_feed=self.config.topic(topic).table_change_data_feed)
-                for timing in self.timings:
-                    timing("merge", time.monotonic() - merge_started)
-                if merged.tombstones:
-                    self.ledger.record_done(topic, "table", merged.merged_upto)
-                if merged.updated or merged.deleted or merged.rejected_erased:
-                    for hook in self.table_hooks:
-                        hook(topic)
-                self._last_merge[topic] = time.monotonic()
+        due, early = [], []
+        for topic in self.config.topics if topics is None else topics:
+            waited = now - self._last_merge.get(topic, -math.inf)
+            interval = self.config.table_merge_ms(topic) / 1000
+            if force or waited >= interval:
+                due.append(topic)
+            elif waited >= interval - early_merge_s(interval, self.config.trigger_interval_ms):
+                early.append((-waited, topic))
+        for topic in due + [t for _, t in sorted(early)]:
+            if topic not in due and self.in_batch:
+                return  # the rest wait for the gap after this batch, or for their due time
+            with self.commit_lock:
+                self._merge(topic)
+
+    def _merge(self, topic: str) -> None:
+        """One topic's catch-up of its latest-value table, under the commit lock."""
+        started = time.monotonic()
+        merged = catch_up(self.config.lake_path, topic, self.config.storage,
+                          self.config.format(topic), generation=self.generations.get(topic),
+                          erase_moved=self.config.cleaner.enable
+                          and self.config.topic(topic).compact,
+                          change_feed=self.config.topic(topic).table_change_data_feed)
+        for timing in self.timings:
+            timing("merge", time.monotonic() - started)
+        if merged.tombstones:
+            self.ledger.record_done(topic, "table", merged.merged_upto)
+        if merged.updated or merged.deleted or merged.rejected_erased:
+            for hook in self.table_hooks:
+                hook(topic)
+        self._last_merge[topic] = time.monotonic()
 
     def error(self, exc: BaseException) -> CompactorError:
         """The product error behind a failed query, unwrapped from Spark's and Py4J's."""
