@@ -40,7 +40,7 @@ from compactor.exceptions import CompactorError
 from compactor.ingest.batch_stats import BatchStats
 from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
-from compactor.lake import fencing
+from compactor.lake import checkpoints, fencing
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import forget
 from compactor.lake.missing_files import check_tables
@@ -102,6 +102,7 @@ class Service:
         """Mirror and maintain until stopped (``once``: until everything due now is done)."""
         started = time.monotonic()
         run = self._start(on_batch, on_pass)
+        checkpoints.start()  # off the micro-batch's commits: written while the next is read
         query = run.mirror.start(once=once)
         if run.metrics is not None:
             run.metrics.alive = lambda: bool(query.isActive)
@@ -129,6 +130,7 @@ class Service:
             if query.isActive:
                 query.stop()
             run.mirror.settle()
+            checkpoints.stop()
             run.history.flush()
             if run.group is not None:
                 run.group.close()

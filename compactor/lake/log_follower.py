@@ -35,8 +35,6 @@ Protocol of :meth:`LogFollower.view` (under the follower's lock):
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import threading
 import time
@@ -50,6 +48,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.exceptions import LakeError
+from compactor.lake import checkpoints
 from compactor.lake.app_transactions import app_transactions
 from compactor.lake.commit_files import (
     Conflict,
@@ -65,7 +64,7 @@ from compactor.lake.segments import (
     PartitionLog,
     Segment,
     _files_from_actions,
-    data_file,
+    file_from_add,
 )
 from compactor.lake.storage import Storage, is_local, local_path
 from compactor.positions import CLEANER, INGEST, REWRITE
@@ -179,9 +178,11 @@ class LogFollower:
            ``<V+1>.json`` (:func:`put_if_absent`): of two writers of V+1 exactly one wins, and
            no reader sees a partial commit file.
         5. Another writer won V+1: back to 1, at most ``_APPEND_ATTEMPTS`` times.
-        6. When V+1 is a multiple of the checkpoint interval, write the checkpoint and delete
-           expired commit files, as delta-rs does after its own commits (:meth:`_checkpoint`);
-           its failure fails no commit. Temporary files a dead writer left are swept then.
+        6. When V+1 is a multiple of the checkpoint interval, once this lock is released,
+           write the checkpoint and delete expired commit files, as delta-rs does after its
+           own commits (:meth:`_checkpoint`; at once, or in a long-running mirror by
+           :mod:`compactor.lake.checkpoints`' thread); its failure fails no commit. Temporary
+           files a dead writer left are swept then.
         """
         if not is_local(self.uri):
             return None
@@ -206,12 +207,16 @@ class LogFollower:
                 except Overtaken:
                     self._base = None  # replaced just after our commit: reload at next look
                     return version
-                if version % self._checkpoint_interval == 0:
-                    self._checkpoint(version)
-                return version
-        raise LakeError(
-            f"{self.uri}: {_APPEND_ATTEMPTS} commits in a row lost the race for the next "
-            "version to another writer; stop the other 'compactor run' on this lake and topic")
+                due = version % self._checkpoint_interval == 0
+                break
+            else:
+                raise LakeError(
+                    f"{self.uri}: {_APPEND_ATTEMPTS} commits in a row lost the race for the "
+                    "next version to another writer; stop the other 'compactor run' on this "
+                    "lake and topic")
+        if due:
+            checkpoints.write(self.uri, lambda: self._checkpoint(version))
+        return version
 
     def check_live(self, paths: Iterable[str]) -> None:
         """Raise :class:`~compactor.lake.commit_files.Conflict` when a path is not a live file
@@ -230,7 +235,8 @@ class LogFollower:
         """Write the checkpoint at ``version`` (step 6 of a commit): delta-rs opens the table there
         (our commit: the last checkpoint and the commits since), writes the checkpoint from it and
         deletes commit files past the log retention; that table becomes the follower's (step 1 of
-        this module's protocol). Then temporary commit files a dead writer left are swept."""
+        this module's protocol) unless a newer one already is. Then temporary commit files a
+        dead writer left are swept."""
         try:
             table = self._storage.table(self.uri, version=version)
             table.create_checkpoint()
@@ -238,9 +244,10 @@ class LogFollower:
         except Exception as exc:  # a missed checkpoint costs readers time, never data
             log.warning("checkpoint of %s at version %d failed (%s); the next one due "
                         "retries", self.uri, version, exc)
-        else:  # another table under the same path (replaced): start over at the next look
-            if not self._adopt(table):
-                self._base = None
+        else:
+            with self._lock:  # unless the follower reloaded past it meanwhile
+                if version > self.base_opened_at and not self._adopt(table):
+                    self._base = None  # another table under the path: reload at next look
         try:
             stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
                                              time.time())
@@ -323,7 +330,7 @@ class LogFollower:
 
     def _apply(self, action: dict[str, Any]) -> None:
         if "add" in action:
-            self._add(_from_add(action["add"]))
+            self._add(file_from_add(action["add"]))
         elif "remove" in action:
             where = self._where.pop(unquote(action["remove"]["path"]), None)
             if where is not None:
@@ -385,34 +392,6 @@ def _partition_of(template: str, app_id: str) -> int | None:
     prefix = template.split("{", 1)[0]
     rest = app_id[len(prefix):] if app_id.startswith(prefix) else ""
     return int(rest) if rest.isdigit() else None
-
-
-def _iso_ms(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return int(value)
-    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.UTC)
-    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
-        milliseconds=1)
-
-
-def _from_add(add: dict[str, Any]) -> DataFile:
-    """A DataFile from a commit file's add action, as ``get_add_actions`` would give it."""
-    values = add["partitionValues"]
-    stats = json.loads(add.get("stats") or "{}")
-    mins, maxs = stats.get("minValues", {}), stats.get("maxValues", {})
-    horizon = mins.get("deleteHorizonMs")
-    modified = add.get("modificationTime")
-    return data_file(
-        unquote(add["path"]), int(add["size"]), int(values["partition"]), int(values["segment"]),
-        int(mins["offset"]), int(maxs["offset"]), int(stats["numRecords"]),
-        _iso_ms(mins.get("timestamp")), _iso_ms(maxs.get("timestamp")),
-        None if horizon is None else int(horizon),
-        None if modified is None else int(modified),
-    )
 
 
 _FOLLOWERS: dict[tuple[str, tuple[tuple[str, str], ...]], LogFollower] = {}

@@ -7,9 +7,13 @@ Delta snapshot (partition values, statistics, file names); nothing is kept on th
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import numpy.typing as npt
@@ -245,6 +249,34 @@ def data_file(path: str, size: int, partition: int, segment: int, first_offset: 
         min_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=True),
         max_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=False),
         min_delete_horizon_ms=min_delete_horizon_ms, modified_ms=modified_ms,
+    )
+
+
+def _iso_ms(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+        milliseconds=1)
+
+
+def file_from_add(add: dict[str, Any]) -> DataFile:
+    """A DataFile from a commit file's add action, as ``get_add_actions`` would give it."""
+    values = add["partitionValues"]
+    stats = json.loads(add.get("stats") or "{}")
+    mins, maxs = stats.get("minValues", {}), stats.get("maxValues", {})
+    horizon = mins.get("deleteHorizonMs")
+    modified = add.get("modificationTime")
+    return data_file(
+        unquote(add["path"]), int(add["size"]), int(values["partition"]), int(values["segment"]),
+        int(mins["offset"]), int(maxs["offset"]), int(stats["numRecords"]),
+        _iso_ms(mins.get("timestamp")), _iso_ms(maxs.get("timestamp")),
+        None if horizon is None else int(horizon),
+        None if modified is None else int(modified),
     )
 
 
