@@ -1,6 +1,7 @@
 """Writing the log's Parquet data files, shared by the ingest writer and the cleaner.
 
-Every file is zstd Parquet named by :func:`compactor.layout.data_file_name`, and its Delta
+Every file is zstd Parquet (uncompressed below :data:`COMPRESS_FROM` record bytes) named by
+:func:`compactor.layout.data_file_name`, and its Delta
 statistics cover the non-PII columns only (``offset``, ``timestamp``, ``deleteHorizonMs``);
 Parquet's own column statistics are limited the same way.
 """
@@ -28,11 +29,16 @@ from compactor.lake.layout import data_file_name, join
 from compactor.lake.storage import Storage, is_local, local_path
 
 NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
+# A smaller file is written uncompressed: zstd does not shrink a few records, and it sets up
+# a compressor per column of every file (a micro-batch writes one per partition with records).
+COMPRESS_FROM = 16 * 1024
 
 
-def _parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """The Parquet writer's settings of every data file (statistics of non-PII columns only)."""
-    return {"compression": "zstd",
+def _parquet_options(schema: pa.Schema, record_bytes: int | None = None) -> dict[str, Any]:
+    """The Parquet writer's settings of a data file of ``record_bytes`` (None: not known
+    before it is written): statistics of non-PII columns only."""
+    small = record_bytes is not None and record_bytes < COMPRESS_FROM
+    return {"compression": "none" if small else "zstd",
             "write_statistics": [c for c in NON_PII_STATS if c in schema.names],
             "use_dictionary": ["topic"] if "topic" in schema.names else False}
 
@@ -261,7 +267,7 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
     final = os.path.join(local_path(table_root), relative)
     sink = pa.BufferOutputStream()
     try:
-        pq.write_table(table, sink, **_parquet_options(table.schema))
+        pq.write_table(table, sink, **_parquet_options(table.schema, record_bytes))
         data = sink.getvalue()
         _place(final, data)
     except (OSError, pa.ArrowException) as exc:

@@ -10,7 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compactor.kafka.schema import KAFKA_SCHEMA
-from compactor.lake.datafiles import NON_PII_STATS, DataFileBuilder, write_data_file
+from compactor.lake.datafiles import (
+    COMPRESS_FROM,
+    NON_PII_STATS,
+    DataFileBuilder,
+    write_data_file,
+)
 from compactor.lake.storage import LOCAL
 
 FILE_SCHEMA = pa.schema([*(f for f in KAFKA_SCHEMA if f.name != "partition"),
@@ -53,6 +58,22 @@ def test_a_table_written_whole_matches_the_same_rows_streamed(tmp_path: Path) ->
         with_stats = {meta.column(i).path_in_schema for i in range(meta.num_columns)
                       if meta.column(i).is_stats_set}
         assert with_stats <= set(NON_PII_STATS) and "offset" in with_stats
+
+
+def test_a_few_records_are_written_uncompressed_and_more_as_zstd(tmp_path: Path) -> None:
+    """zstd would not shrink a one-record file of a quiet partition and costs a compressor per
+    column; a file of more record bytes is compressed."""
+    codecs = {}
+    for n, record_bytes in ((1, 60), (2000, COMPRESS_FROM)):
+        rows = _rows(list(range(n)))
+        written = write_data_file(str(tmp_path / str(n)), "partition=0/segment=0", rows,
+                                  record_bytes, "log", {"partition": "0", "segment": "0"},
+                                  storage=LOCAL)
+        path = tmp_path / str(n) / written.path
+        assert pq.read_table(path).equals(rows)
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        codecs[n] = {meta.column(i).compression for i in range(meta.num_columns)}
+    assert codecs == {1: {"UNCOMPRESSED"}, 2000: {"ZSTD"}}
 
 
 def test_statistics_match_arrows_for_negative_null_and_mixed_columns() -> None:
