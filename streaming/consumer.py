@@ -205,6 +205,7 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                         "(kafkaConsumer.pollTimeoutMs)")
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
+            finished = []
             for tp, part in _by_partition(messages, ours):
                 i = todo.get(tp)
                 if i is None:  # fetched before its range ended
@@ -219,8 +220,9 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                 if done:
                     wanted -= lacking[i]
                     del todo[tp]
-                    if todo:
-                        consumer.incremental_unassign([TopicPartition(topic, partition)])
+                    finished.append(TopicPartition(topic, partition))
+            if finished and todo:  # one call for every range this consume() finished
+                consumer.incremental_unassign(finished)
     finally:
         consumer.close()
 

@@ -244,42 +244,51 @@ def _refused(path: str, exc: Exception) -> str:
 
 def commit_ranges(config: CompactorConfig, results: list[RangeResult],
                   generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
-    """Driver side, step 3: rejected files first, then one log commit per topic.
+    """Driver side, step 3: per topic rejected files first, then one log commit.
 
     ``generations`` are this run's writer generations (:mod:`compactor.lake.fencing`); a topic
     another run claimed since raises FencedError before anything of it is committed.
     """
     now_ms = int(time.time() * 1000)
-    stats: dict[str, BatchStats] = {}
-    for topic in sorted({r.topic for r in results}):
-        mine = [r for r in results if r.topic == topic]
-        paths = topic_paths(config.lake_path, topic)
-        # The fencing check runs before anything is committed, and again, with the offsets,
-        # at the version the log commit lands on (nothing of this process commits to the log
-        # in between: the commit lock is held).
-        generation = (generations or {}).get(topic)
-        follower = follow(paths.log, config.storage)
-        follower.view()
-        fencing.check_generation(paths.log, generation, follower.position(WRITER.id()))
-        rejected = [f for r in mine for f in r.files if f.table == "rejected"]
-        if rejected:
-            versions = {r.partition: r.last_offset for r in mine
-                        if any(f.table == "rejected" for f in r.files)}
-            _commit_rejected(config.storage.table(paths.rejected), paths.rejected, rejected,
-                             versions, now_ms)
-        log_files = [f for r in mine for f in r.files if f.table == "log"]
-        _commit_log(paths.log, config.storage, log_files,
-                    {r.partition: r.last_offset for r in mine}, generation, now_ms)
-        stats[topic] = BatchStats(
-            records=sum(f.records for f in log_files),
-            record_bytes=sum(f.record_bytes for f in log_files),
-            rejected=sum(f.records for f in rejected),
-            files=len(log_files),
-            partitions=len(mine),
-            next_offsets={r.partition: r.last_offset + 1 for r in mine},
-            rejections=Rejections.combined([r.rejections for r in mine]),
-            newest_ms=max((f.newest_ms for f in log_files if f.newest_ms is not None),
-                          default=None),
-        )
-    return stats
+    by_topic: dict[str, list[RangeResult]] = {}
+    for r in results:
+        by_topic.setdefault(r.topic, []).append(r)
+
+    def commit(topic: str) -> BatchStats:
+        return _commit_topic(config, topic, by_topic[topic], (generations or {}).get(topic),
+                             now_ms)
+
+    return {topic: commit(topic) for topic in sorted(by_topic)}
+
+
+def _commit_topic(config: CompactorConfig, topic: str, mine: list[RangeResult],
+                  generation: int | None, now_ms: int) -> BatchStats:
+    """One topic's part of step 3."""
+    paths = topic_paths(config.lake_path, topic)
+    # The fencing check runs before anything is committed, and again, with the offsets,
+    # at the version the log commit lands on (nothing of this process commits to the log
+    # in between: the commit lock is held).
+    follower = follow(paths.log, config.storage)
+    follower.view()
+    fencing.check_generation(paths.log, generation, follower.position(WRITER.id()))
+    rejected = [f for r in mine for f in r.files if f.table == "rejected"]
+    if rejected:
+        versions = {r.partition: r.last_offset for r in mine
+                    if any(f.table == "rejected" for f in r.files)}
+        _commit_rejected(config.storage.table(paths.rejected), paths.rejected, rejected,
+                         versions, now_ms)
+    log_files = [f for r in mine for f in r.files if f.table == "log"]
+    _commit_log(paths.log, config.storage, log_files,
+                {r.partition: r.last_offset for r in mine}, generation, now_ms)
+    return BatchStats(
+        records=sum(f.records for f in log_files),
+        record_bytes=sum(f.record_bytes for f in log_files),
+        rejected=sum(f.records for f in rejected),
+        files=len(log_files),
+        partitions=len(mine),
+        next_offsets={r.partition: r.last_offset + 1 for r in mine},
+        rejections=Rejections.combined([r.rejections for r in mine]),
+        newest_ms=max((f.newest_ms for f in log_files if f.newest_ms is not None),
+                      default=None),
+    )
 
