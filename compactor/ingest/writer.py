@@ -10,9 +10,13 @@ Commit protocol of one micro-batch, per topic:
    records to segments by the roll rules, and write Parquet files under
    ``partition=P/segment=S/`` (:mod:`compactor.ingest.appender`); null keys of a compacted
    topic go to files of ``rejected``. Tasks write files only; nothing is visible yet.
-3. The driver commits the rejected files (if any) with the same per-partition app
-   transactions in the rejected table, then all log files in one Delta commit whose app
-   transactions move each partition's version to the last offset of its range.
+3. The driver checks every topic's writer generation and writes each topic's log commit
+   ahead to a temporary file in its ``_delta_log``; it syncs those files together (the first
+   sync commits the file system's journal with all of them, where a sync per commit made the
+   commits of many topics add up). Then, per topic, it commits the rejected files (if any)
+   with the same per-partition app transactions in the rejected table, then all log files in
+   one Delta commit whose app transactions move each partition's version to the last offset
+   of its range (the staged file linked under the next version).
 
 A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
 of a batch that died before step 3 are never referenced and are removed by vacuum. A second
@@ -24,18 +28,21 @@ so its cost does not grow with the number of live files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Transaction
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.batch_stats import BatchStats
 from compactor.lake import fencing, log_commit, operations
+from compactor.lake.commit_files import sync_files
 from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -219,18 +226,18 @@ def _commit_rejected(table: DeltaTable, path: str, files: list[WrittenFile],
 
 
 def _commit_log(path: str, storage: Storage, files: list[WrittenFile],
-                versions: Mapping[int, int], generation: int | None, now_ms: int) -> None:
+                versions: Mapping[int, int], txns: list[Transaction], generation: int | None,
+                now_ms: int, staged: log_commit.Staged | None) -> None:
     """Commit ``files`` to the log with its offsets (:mod:`compactor.lake.log_commit`): the
     writer generation and each partition's position are checked at the version it lands on."""
     def check(position: Callable[[str], int | None]) -> None:
         fencing.check_generation(path, generation, position(WRITER.id()))
         _check_versions(path, versions, lambda p: position(INGEST.id(p)))
 
-    txns = [INGEST.moved_to(v, p, now_ms=now_ms) for p, v in versions.items()]
     try:
         log_commit.append(follow(path, storage), files, txns, operations.INGEST,
                           _summary(files, versions), check, LOG_SCHEMA, LOG_PARTITION_COLUMNS,
-                          now_ms)
+                          now_ms, staged=staged)
     except LakeError:
         raise
     except Exception as exc:
@@ -244,26 +251,50 @@ def _refused(path: str, exc: Exception) -> str:
 
 def commit_ranges(config: CompactorConfig, results: list[RangeResult],
                   generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
-    """Driver side, step 3: per topic rejected files first, then one log commit.
+    """Driver side, step 3: every topic checked and its log commit staged and synced, then
+    per topic its rejected files and its log commit.
 
     ``generations`` are this run's writer generations (:mod:`compactor.lake.fencing`); a topic
-    another run claimed since raises FencedError before anything of it is committed.
+    another run claimed since raises FencedError before any topic is committed.
     """
     now_ms = int(time.time() * 1000)
     by_topic: dict[str, list[RangeResult]] = {}
     for r in results:
         by_topic.setdefault(r.topic, []).append(r)
+    commits: list[_TopicCommit] = []
+    try:
+        for topic in sorted(by_topic):
+            commits.append(_prepare(config, topic, by_topic[topic],
+                                    (generations or {}).get(topic), now_ms))
+        staged = [c.staged.path for c in commits if c.staged is not None]
+        try:
+            sync_files(staged)
+        except OSError as exc:
+            raise LakeError(f"cannot sync the commits of {config.lake_path}: {exc}") from exc
+        return {c.topic: _finish(config, c, now_ms) for c in commits}
+    finally:
+        for c in commits:
+            if c.staged is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(c.staged.path)
 
-    def commit(topic: str) -> BatchStats:
-        return _commit_topic(config, topic, by_topic[topic], (generations or {}).get(topic),
-                             now_ms)
 
-    return {topic: commit(topic) for topic in sorted(by_topic)}
+@dataclass(frozen=True)
+class _TopicCommit:
+    """One topic's part of step 3, checked and staged."""
+
+    topic: str
+    results: list[RangeResult]
+    generation: int | None
+    log_files: list[WrittenFile]
+    versions: dict[int, int]  # partition -> last offset of its range
+    txns: list[Transaction]
+    staged: log_commit.Staged | None
 
 
-def _commit_topic(config: CompactorConfig, topic: str, mine: list[RangeResult],
-                  generation: int | None, now_ms: int) -> BatchStats:
-    """One topic's part of step 3."""
+def _prepare(config: CompactorConfig, topic: str, mine: list[RangeResult],
+             generation: int | None, now_ms: int) -> _TopicCommit:
+    """Check the topic's writer generation and write its log commit ahead (not yet synced)."""
     paths = topic_paths(config.lake_path, topic)
     # The fencing check runs before anything is committed, and again, with the offsets,
     # at the version the log commit lands on (nothing of this process commits to the log
@@ -271,24 +302,33 @@ def _commit_topic(config: CompactorConfig, topic: str, mine: list[RangeResult],
     follower = follow(paths.log, config.storage)
     follower.view()
     fencing.check_generation(paths.log, generation, follower.position(WRITER.id()))
-    rejected = [f for r in mine for f in r.files if f.table == "rejected"]
+    log_files = [f for r in mine for f in r.files if f.table == "log"]
+    versions = {r.partition: r.last_offset for r in mine}
+    txns = [INGEST.moved_to(v, p, now_ms=now_ms) for p, v in versions.items()]
+    staged = log_commit.stage(follower, log_files, txns, operations.INGEST,
+                              _summary(log_files, versions), LOG_PARTITION_COLUMNS, now_ms)
+    return _TopicCommit(topic, mine, generation, log_files, versions, txns, staged)
+
+
+def _finish(config: CompactorConfig, c: _TopicCommit, now_ms: int) -> BatchStats:
+    """Commit the topic's rejected files, then its log commit; what the batch did to it."""
+    paths = topic_paths(config.lake_path, c.topic)
+    rejected = [f for r in c.results for f in r.files if f.table == "rejected"]
     if rejected:
-        versions = {r.partition: r.last_offset for r in mine
+        versions = {r.partition: r.last_offset for r in c.results
                     if any(f.table == "rejected" for f in r.files)}
         _commit_rejected(config.storage.table(paths.rejected), paths.rejected, rejected,
                          versions, now_ms)
-    log_files = [f for r in mine for f in r.files if f.table == "log"]
-    _commit_log(paths.log, config.storage, log_files,
-                {r.partition: r.last_offset for r in mine}, generation, now_ms)
+    _commit_log(paths.log, config.storage, c.log_files, c.versions, c.txns, c.generation,
+                now_ms, c.staged)
     return BatchStats(
-        records=sum(f.records for f in log_files),
-        record_bytes=sum(f.record_bytes for f in log_files),
+        records=sum(f.records for f in c.log_files),
+        record_bytes=sum(f.record_bytes for f in c.log_files),
         rejected=sum(f.records for f in rejected),
-        files=len(log_files),
-        partitions=len(mine),
-        next_offsets={r.partition: r.last_offset + 1 for r in mine},
-        rejections=Rejections.combined([r.rejections for r in mine]),
-        newest_ms=max((f.newest_ms for f in log_files if f.newest_ms is not None),
+        files=len(c.log_files),
+        partitions=len(c.results),
+        next_offsets={r.partition: r.last_offset + 1 for r in c.results},
+        rejections=Rejections.combined([r.rejections for r in c.results]),
+        newest_ms=max((f.newest_ms for f in c.log_files if f.newest_ms is not None),
                       default=None),
     )
-

@@ -115,16 +115,42 @@ def remove_stale_temporaries(log_dir: str, now_s: float,
 def put_if_absent(log_dir: str, version: int, lines: list[str]) -> bool:
     """Create ``<version>.json`` in the local ``log_dir`` unless it exists; False when
     another writer created it first. Raises OSError when the disk refuses."""
-    target = os.path.join(log_dir, f"{version:020d}.json")
-    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
+    temporary = stage(log_dir, lines, sync=True)
+    try:
+        return link(log_dir, version, temporary)
+    finally:
+        os.unlink(temporary)
+
+
+def stage(log_dir: str, lines: list[str], sync: bool) -> str:
+    """Write a commit's ``lines`` to a new temporary file in the local ``log_dir``; its path.
+    ``sync``: make it durable now; otherwise the caller must :func:`sync_files` it before it
+    is linked (several commits' files synced together share one journal commit)."""
+    temporary = os.path.join(log_dir, f".commit.json.{uuid.uuid4().hex}.tmp")
     with open(temporary, "w", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
         out.flush()
-        os.fsync(out.fileno())
+        if sync:
+            os.fsync(out.fileno())
+    return temporary
+
+
+def sync_files(paths: list[str]) -> None:
+    """Make the staged files durable, one after the other: the first sync commits the file
+    system's journal with all of them in it, so the others find little left to write."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def link(log_dir: str, version: int, temporary: str) -> bool:
+    """Give the durable temporary commit file the name ``<version>.json`` unless that exists
+    (False: another writer created it first); the temporary name stays for the caller."""
     try:
-        os.link(temporary, target)
+        os.link(temporary, os.path.join(log_dir, f"{version:020d}.json"))
     except FileExistsError:
         return False
-    finally:
-        os.unlink(temporary)
     return True

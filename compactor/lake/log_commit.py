@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from urllib.parse import quote
 
@@ -28,10 +29,13 @@ import pyarrow as pa
 from deltalake import Transaction
 from deltalake.transaction import AddAction, RemoveAction
 
-from compactor.lake import operations
+from compactor.exceptions import LakeError
+from compactor.lake import commit_files, operations
 from compactor.lake.datafiles import WrittenFile, add_action
+from compactor.lake.layout import join
 from compactor.lake.log_follower import LogFollower
 from compactor.lake.segments import DataFile
+from compactor.lake.storage import is_local, local_path
 
 # What a check reads: an app transaction's version at the version being committed on.
 Positions = Callable[[str], "int | None"]
@@ -83,19 +87,48 @@ def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], opera
     return [json.dumps(a, separators=(",", ":")) for a in actions]
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A commit's lines written to a temporary file in the log's ``_delta_log``, not yet
+    synced (:func:`stage`): :func:`~compactor.lake.commit_files.sync_files` them, then
+    :func:`append` links the file under the next version; the stager removes it after."""
+
+    lines: list[str]
+    path: str
+
+
+def stage(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Transaction],
+          operation: str, summary: str, partition_by: list[str], now_ms: int) -> Staged | None:
+    """The commit :func:`append` would write, written ahead to a temporary file so that the
+    commits of several logs are synced together; None where the log is not on a local disk.
+    Raises LakeError when the disk refuses."""
+    if not is_local(follower.uri):
+        return None
+    lines = commit_lines(adds, txns, operation, summary, partition_by, now_ms)
+    log_dir = join(local_path(follower.uri), "_delta_log")
+    try:
+        return Staged(lines, commit_files.stage(log_dir, lines, sync=False))
+    except OSError as exc:
+        raise LakeError(f"cannot write a commit of the Delta log {follower.uri}: {exc}") \
+            from exc
+
+
 def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Transaction],
            operation: str, summary: str, check: Check, schema: pa.Schema,
            partition_by: list[str], now_ms: int, removes: Sequence[tuple[DataFile, bool]] = (),
-           moved: Sequence[WrittenFile] = ()) -> int | None:
+           moved: Sequence[WrittenFile] = (), staged: Staged | None = None) -> int | None:
     """Commit to the follower's log once ``check`` passes and every file of ``removes`` is
     live; the version committed (None when delta-rs committed it: it does not say which).
+    ``staged``: this commit from :func:`stage` (same adds, txns and summary), synced.
 
     The commit file is written by :meth:`LogFollower.append` where it can be (see the module
     docstring); otherwise delta-rs commits from the follower's table, after the same checks.
     """
-    lines = commit_lines(adds, txns, operation, summary, partition_by, now_ms, removes, moved)
+    lines = staged.lines if staged is not None else commit_lines(
+        adds, txns, operation, summary, partition_by, now_ms, removes, moved)
     removed = [f.path for f, _ in removes]
-    version = follower.append(lines, check, removed)
+    version = follower.append(lines, check, removed,
+                              staged.path if staged is not None else None)
     if version is not None:
         return version
     table = follower.table_for_commit()

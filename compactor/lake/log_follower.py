@@ -54,6 +54,7 @@ from compactor.lake.commit_files import (
     Conflict,
     Overtaken,
     check_not_overtaken,
+    link,
     put_if_absent,
     read_commit,
     remove_stale_temporaries,
@@ -160,10 +161,12 @@ class LogFollower:
             return self._base
 
     def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
-               removed: Sequence[str] = ()) -> int | None:
+               removed: Sequence[str] = (), staged: str | None = None) -> int | None:
         """Commit ``lines`` as the next version once ``check`` passes against the positions
         there and the ``removed`` paths are live; the version, or None when this log's commits
-        must go through delta-rs (object storage, table features).
+        must go through delta-rs (object storage, table features). ``staged``: a durable
+        temporary file in ``_delta_log`` already holding ``lines``
+        (:func:`~compactor.lake.commit_files.stage`); the caller removes it.
 
         The commit protocol, under this follower's lock (itself taken under the run's commit
         lock):
@@ -174,8 +177,9 @@ class LogFollower:
            writer does not implement (writer version above 2) or the log is not on a local disk.
         3. Run ``check`` against the positions at V and make sure every file to remove is live
            at V; a failure raises (:class:`Conflict` when another writer got there first).
-        4. Write the actions to a temporary file in ``_delta_log`` and hard-link it to
-           ``<V+1>.json`` (:func:`put_if_absent`): of two writers of V+1 exactly one wins, and
+        4. Write the actions to a temporary file in ``_delta_log``, sync it (or take the one
+           the caller staged and synced) and hard-link it to ``<V+1>.json``
+           (:func:`put_if_absent`, :func:`link`): of two writers of V+1 exactly one wins, and
            no reader sees a partial commit file.
         5. Another writer won V+1: back to 1, at most ``_APPEND_ATTEMPTS`` times.
         6. When V+1 is a multiple of the checkpoint interval, once this lock is released,
@@ -197,7 +201,8 @@ class LogFollower:
                 self._check_live(removed)
                 version = self._version + 1
                 try:
-                    if not put_if_absent(log_dir, version, lines):
+                    if not (link(log_dir, version, staged) if staged is not None
+                            else put_if_absent(log_dir, version, lines)):
                         continue  # step 5: another writer took this version
                 except OSError as exc:
                     raise LakeError(f"cannot write commit {version} of the Delta log "
