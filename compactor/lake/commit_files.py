@@ -136,8 +136,8 @@ def stage(log_dir: str, lines: list[str], sync: bool) -> str:
 
 
 def sync_files(paths: list[str]) -> None:
-    """Make the staged files durable, one after the other: the first sync commits the file
-    system's journal with all of them in it, so the others find little left to write."""
+    """Make the staged files durable, one after the other: on a journaling file system the
+    first sync commits the journal with all of them in it, so the others find little to do."""
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -250,8 +250,9 @@ class LogFollower:
             log.warning("checkpoint of %s at version %d failed (%s); the next one due "
                         "retries", self.uri, version, exc)
         else:
-            with self._lock:  # unless the follower reloaded past it meanwhile
-                if version > self.base_opened_at and not self._adopt(table):
+            with self._lock:  # unless it reloads at its next look or reloaded past it
+                if self._base is not None and version > self.base_opened_at \
+                        and not self._adopt(table):
                     self._base = None  # another table under the path: reload at next look
         try:
             stale = remove_stale_temporaries(join(local_path(self.uri), "_delta_log"),
