@@ -280,17 +280,18 @@ def write_ranges(plans: Sequence[PartitionPlan], client_config: Mapping[str, str
     results = [write_range(p, client_config, poll_timeout_ms, fail_on_data_loss)
                for p in plans if p.end - first(p) > _SMALL_RANGE]
     group: list[PartitionPlan] = []
+    grouped = 0  # the records of the group's ranges, kept as it grows
     for plan in [*small, None]:
-        full = plan is None or sum(p.end - first(p) for p in group) + plan.end - first(
-            plan) > _GROUP_RECORDS
-        if group and full:
+        records = 0 if plan is None else plan.end - first(plan)
+        if group and (plan is None or grouped + records > _GROUP_RECORDS):
             batches = consume_ranges(client_config,
                                      [(p.topic, p.partition, first(p), p.end) for p in group],
                                      poll_timeout_ms, fail_on_data_loss)
             results += append_ranges(group, batches)
-            group = []
+            group, grouped = [], 0
         if plan is not None:
             group.append(plan)
+            grouped += records
     pa.default_memory_pool().release_unused()
     return results
 
