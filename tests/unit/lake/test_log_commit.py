@@ -71,8 +71,11 @@ def test_a_commit_file_of_ours_reads_back_in_delta_rs_as_files_positions_and_his
     assert follower.full_loads == 1
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["written", "staged"])
 def test_a_commit_that_loses_the_race_is_checked_again_on_the_winner_and_then_lands(
-        tmp_path: Path) -> None:
+        tmp_path: Path, staged: bool) -> None:
+    """Staged: a batch's commits are written ahead and synced together (``log_commit.stage``);
+    the staged file itself is linked under the version after the winner's."""
     root, follower = _new_log(tmp_path)
     follower.view()
     seen: list[int | None] = []
@@ -82,42 +85,25 @@ def test_a_commit_that_loses_the_race_is_checked_again_on_the_winner_and_then_la
         if len(seen) == 1:  # another writer takes version 1 between our check and our write
             _commit_elsewhere(root, [_file(root, 1, 0, range(0, 4))], [INGEST.moved_to(3, 1)])
 
-    version = _append(follower, [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)], check)
+    files, txns = [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)]
+    ahead = None
+    if staged:
+        ahead = log_commit.stage(follower, files, txns, operations.INGEST, "test",
+                                 LOG_PARTITION_COLUMNS, int(time.time() * 1000))
+        assert ahead is not None
+        sync_files([ahead.path])
+    version = log_commit.append(follower, files, txns, operations.INGEST, "test", check,
+                                LOG_SCHEMA, LOG_PARTITION_COLUMNS, int(time.time() * 1000),
+                                staged=ahead)
     assert seen == [None, 3]  # the second look saw the winner's position
     assert version == 2
     table = DeltaTable(root)
     assert table.version() == 2 and INGEST.read(table, 0) == 1 and INGEST.read(table, 1) == 3
     assert table.to_pyarrow_table().num_rows == 6
-
-
-def test_a_staged_commit_that_loses_the_race_lands_on_the_winner_from_the_same_file(
-        tmp_path: Path) -> None:
-    """A batch's commits are written ahead and synced together (``log_commit.stage``); one
-    that loses the next version is checked again and linked under the one after."""
-    root, follower = _new_log(tmp_path)
-    follower.view()
-    seen: list[int | None] = []
-
-    def check(position: Positions) -> None:
-        seen.append(position(INGEST.id(1)))
-        if len(seen) == 1:  # another writer takes version 1 between our check and our link
-            _commit_elsewhere(root, [_file(root, 1, 0, range(0, 4))], [INGEST.moved_to(3, 1)])
-
-    files, txns = [_file(root, 0, 0, range(0, 2))], [INGEST.moved_to(1, 0)]
-    now_ms = int(time.time() * 1000)
-    staged = log_commit.stage(follower, files, txns, operations.INGEST, "test",
-                              LOG_PARTITION_COLUMNS, now_ms)
-    assert staged is not None
-    sync_files([staged.path])
-    version = log_commit.append(follower, files, txns, operations.INGEST, "test", check,
-                                LOG_SCHEMA, LOG_PARTITION_COLUMNS, now_ms, staged=staged)
-    assert seen == [None, 3] and version == 2
-    table = DeltaTable(root)
-    assert table.version() == 2 and INGEST.read(table, 0) == 1 and INGEST.read(table, 1) == 3
-    assert table.to_pyarrow_table().num_rows == 6
-    assert (Path(root) / "_delta_log" / f"{2:020d}.json").read_text() == \
-        Path(staged.path).read_text()  # the staged file itself, under the version it won
-    os.remove(staged.path)  # the stager's part
+    if ahead is not None:
+        assert (Path(root) / "_delta_log" / f"{2:020d}.json").read_text() == \
+            Path(ahead.path).read_text()
+        os.remove(ahead.path)  # the stager's part
     assert not [p for p in (Path(root) / "_delta_log").iterdir() if p.name.endswith(".tmp")]
 
 
