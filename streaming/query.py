@@ -222,9 +222,9 @@ class Mirror:
         The service loop calls it every 200 ms. A table is merged in the last stretch before
         it is due (:func:`early_merge_s`) while no micro-batch runs, so that its MERGE uses the
         idle time between batches rather than the cores of a batch's write tasks; once due it
-        is merged beside a running batch too (its commit waits for the MERGE of one topic at a
-        time). A micro-batch merges only the tables whose cadence is 0 (after every batch),
-        before it returns.
+        is merged beside a running batch too (the batch's commit waits for the MERGEs under
+        way, each holding the commit lock for one topic). A micro-batch merges only the tables
+        whose cadence is 0 (after every batch), before it returns.
         """
         now = time.monotonic()
         due, early = [], []
