@@ -235,8 +235,11 @@ class Mirror:
                 due.append(topic)
             elif waited >= interval - early_merge_s(interval, self.config.trigger_interval_ms):
                 early.append((-waited, topic))
-        for topic in due + [t for _, t in sorted(early)]:
-            if topic not in due and self.in_batch:
+        for topic in due:
+            with self.commit_lock:
+                self._merge(topic)
+        for _, topic in sorted(early):
+            if self.in_batch:
                 return  # the rest wait for the gap after this batch, or for their due time
             with self.commit_lock:
                 self._merge(topic)
