@@ -178,7 +178,8 @@ class DownstreamEraser:
     """Applies each topic's tombstones to its downstream tables (steps 1-3)."""
 
     config: CompactorConfig
-    _scanned: dict[tuple[str, int], int] = field(default_factory=dict)
+    # table name -> partition -> the last log offset whose tombstones it has taken
+    _scanned: dict[str, dict[int, int]] = field(default_factory=dict)
     # (table name, partition) -> why its tombstones could not be read at the last catch-up
     failed: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -204,7 +205,7 @@ class DownstreamEraser:
     def read_upto(self, name: str) -> dict[int, int]:
         """Per partition, the last log offset downstream table ``name`` has taken the
         tombstones of (as far as this process knows: its last :meth:`catch_up`)."""
-        return {p: o for (n, p), o in self._scanned.items() if n == name}
+        return dict(self._scanned.get(name, {}))
 
     def _apply(self, d: DownstreamTable, log_uri: str, logs: Mapping[int, PartitionLog],
                written: Mapping[int, WrittenTombstones]) -> dict[int, int]:
@@ -214,14 +215,15 @@ class DownstreamEraser:
                             f"{d.topic} cannot be carried to it (restore it or remove its "
                             "downstream.* keys)")
         ranges: dict[int, tuple[int, int]] = {}
+        scanned = self._scanned.setdefault(d.name, {})
         for partition, plog in logs.items():
-            known = self._scanned.get((d.name, partition))
+            known = scanned.get(partition)
             if plog.committed_offset is None or (
                     known is not None and plog.committed_offset <= known):
                 continue  # nothing committed since this process's last look: no lookup
             applied = ERASE.read(table, partition, d.topic)
             lo = max(applied if applied is not None else -1, -1 if known is None else known)
-            self._scanned[(d.name, partition)] = lo
+            scanned[partition] = lo
             if plog.committed_offset > lo:
                 ranges[partition] = (lo, plog.committed_offset)
         if not ranges:
@@ -239,7 +241,7 @@ class DownstreamEraser:
             keys += rows.column("key").to_pylist()
         mapped = {v for v in d.key_values(keys) if v is not None}
         if not mapped:  # no tombstone, or none whose key maps to a row: nothing to delete
-            self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
+            scanned.update({p: hi for p, (_, hi) in ranges.items()})
             return {p: hi for p, (_, hi) in ranges.items()} if keys else {}
         txns = [ERASE.moved_to(hi, p, d.topic)
                 for p, (_, hi) in ranges.items()]
@@ -248,7 +250,7 @@ class DownstreamEraser:
         except CommitFailedError:  # another process (compactor clean) applied them first
             log.info("downstream %s moved concurrently; re-reading from its position", d.name)
             return {}
-        self._scanned.update({(d.name, p): hi for p, (_, hi) in ranges.items()})
+        scanned.update({p: hi for p, (_, hi) in ranges.items()})
         log.info("downstream %s: %d tombstones applied, %d rows deleted", d.name, len(mapped),
                  count)
         return {p: hi for p, (_, hi) in ranges.items()}

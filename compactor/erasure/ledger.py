@@ -138,7 +138,8 @@ class ErasureLedger:
 
     def __init__(self, config: CompactorConfig) -> None:
         self._config = config
-        self._scanned: dict[tuple[str, int], int] = {}
+        # topic -> partition -> the last log offset whose tombstones this process recorded
+        self._scanned: dict[str, dict[int, int]] = {}
         # topic -> a ledger version at which no recorded position was past ``_scanned``'s:
         # while the ledger stays there, a partition's position need not be looked up.
         self._trusted_at: dict[str, int] = {}
@@ -214,9 +215,10 @@ class ErasureLedger:
         # long log can find millions (16-byte digests, about 60 bytes a row in all).
         found: list[pa.Table] = []
         moved: dict[int, int] = {}
+        scanned = self._scanned.setdefault(topic, {})
         for partition, plog in view.partitions.items():
             hi = plog.committed_offset
-            known = self._scanned.get((topic, partition))
+            known = scanned.get(partition)
             if hi is None or (known is not None and hi <= known):
                 continue  # nothing committed since this process's last scan: no lookup
             # Only another process's scan moves a position past ours, and it commits.
@@ -227,7 +229,7 @@ class ErasureLedger:
                     return self._look_again(topic, view, written)
                 done = LEDGER.read(ledger, partition)
             lo = max(-1 if done is None else done, -1 if known is None else known)
-            self._scanned[(topic, partition)] = lo
+            scanned[partition] = lo
             if hi <= lo:
                 continue
             try:
@@ -254,7 +256,7 @@ class ErasureLedger:
         # Partitions not looked up had no new log offsets, so no scan could move them.
         self._trusted_at[topic] = version
         if not found:
-            self._scanned.update({(topic, p): hi for p, hi in moved.items()})
+            scanned.update(moved)
             return 0
         ledger = ledger or self._open(topic, version)
         if ledger is None:
@@ -273,7 +275,7 @@ class ErasureLedger:
         except Exception as exc:
             raise LakeError(f"cannot append to the erasure ledger {self._path(topic)}: "
                             f"{exc}") from exc
-        self._scanned.update({(topic, p): hi for p, hi in moved.items()})
+        scanned.update(moved)
         if ledger.version() == version + 1:  # nothing else landed between
             self._trusted_at[topic] = version + 1
         return int(table.num_rows)
@@ -337,7 +339,7 @@ class ErasureLedger:
     def read_upto(self, topic: str) -> dict[int, int]:
         """Per partition, the last log offset whose tombstones this ledger has recorded (as
         far as this process knows: the last :meth:`record_tombstones` call)."""
-        return {p: o for (t, p), o in self._scanned.items() if t == topic}
+        return dict(self._scanned.get(topic, {}))
 
     def record_done(self, topic: str, target: str, upto: Mapping[int, int],
                     now_ms: int | None = None, at_ms: Mapping[int, int] | None = None) -> None:
