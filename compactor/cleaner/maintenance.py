@@ -187,12 +187,13 @@ class LogMaintenance:
             if view is None:
                 continue
             for plog in view.partitions.values():
-                active = active_segment(plog, tc.roll_ms, now)
-                if active is not None and tc.erasure_deadline:
-                    due.append(active.roll_deadline_ms(tc.roll_ms) + 1)
-                rng = cleanable_range(plog, tc, now)
-                if rng.earliest_dirty_ms is not None and tc.erasure_deadline:
-                    due.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms + 1)
+                if tc.erasure_deadline:  # only a deadline makes a roll or a dirty age due
+                    active = active_segment(plog, tc.roll_ms, now)
+                    if active is not None:
+                        due.append(active.roll_deadline_ms(tc.roll_ms) + 1)
+                    rng = cleanable_range(plog, tc, now)
+                    if rng.earliest_dirty_ms is not None:
+                        due.append(rng.earliest_dirty_ms + tc.cleaning_lag_ms + 1)
                 horizons = [s.min_delete_horizon_ms for s in plog.segments
                             if s.min_delete_horizon_ms is not None]
                 if horizons:

@@ -65,13 +65,14 @@ class Storage:
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem for ``uri`` and the path to give it."""
         if is_local(uri):
-            return pafs.LocalFileSystem(), local_path(uri)
+            return _LOCAL_FS, local_path(uri)
         parts = urlsplit(uri)
         base = f"{parts.scheme}://{parts.netloc}"
         return _remote(base, tuple(sorted(self.options.items()))), parts.path.lstrip("/")
 
 
 LOCAL = Storage()
+_LOCAL_FS = pafs.LocalFileSystem()  # stateless: one for every local path
 
 
 def failure(uri: str, exc: BaseException) -> str:
