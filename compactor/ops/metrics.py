@@ -47,6 +47,10 @@ from compactor.ops.health import serve
 from compactor.ops.status import collect_status
 
 _LAG_EVERY_S = 5.0
+# A pass that committed nothing refreshes the lake's gauges at most this often: after every
+# micro-batch of a busy mirror, a refresh over every partition of every topic cost more than
+# the pass.
+_REFRESH_EVERY_S = 5.0
 
 
 def installed_version(dist: str) -> str:
@@ -195,6 +199,7 @@ class Metrics:
         self._last_ingest_s: dict[str, float] = {}
         self._lag_total: int | None = None
         self._last_lag = 0.0
+        self._last_refresh = -_REFRESH_EVERY_S
         if port:
             serve(port, self.registry, self.liveness, self.readiness)
 
@@ -250,12 +255,15 @@ class Metrics:
             self.buffer_utilization.set(max(r.stats.buffer_utilization for r in results))
         self.uncleanable_partitions.set(len(uncleanable))
         self.pass_seconds.observe(report.seconds)
-        for topic in {o.topic for o in report.outcomes if o.committed}:
+        committed = {o.topic for o in report.outcomes if o.committed}
+        for topic in committed:
             self.last_cleaning.labels(topic).set(time.time())
-        self.refresh(uncleanable)
+        if committed or time.monotonic() - self._last_refresh >= _REFRESH_EVERY_S:
+            self.refresh(uncleanable)
 
     def refresh(self, uncleanable: Mapping[tuple[str, int], str] | None = None) -> None:
         """Recompute the state gauges from the lake (and, every few seconds, the broker)."""
+        self._last_refresh = time.monotonic()
         ask = time.monotonic() - self._last_lag >= _LAG_EVERY_S
         topics, _ = collect_status(self._config, ask_broker=ask, ledger=self._ledger,
                                    followed=True)

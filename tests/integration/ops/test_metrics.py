@@ -113,3 +113,47 @@ def test_refreshing_reads_only_what_was_committed_since_the_last_refresh(
     assert want == 12  # the table target has finished nothing
     assert follow(topic_paths(config.lake_path, topic).log, config.storage).full_loads == 1
     assert metrics._ledger._backlogs[topic].full_loads == 1
+
+
+def test_a_pass_that_committed_nothing_refreshes_the_gauges_at_most_every_few_seconds(
+        broker, topic_factory, tmp_path) -> None:
+    """A busy mirror runs a pass after every micro-batch: the gauges read every partition of
+    every topic, so a pass that cleaned nothing refreshes them only every few seconds, and
+    one that committed a cleaning refreshes them at once."""
+    import time
+
+    from compactor.cleaner.cleanable import CleanableRange
+    from compactor.cleaner.maintenance import PartitionOutcome, PassReport
+    from compactor.config import build_config, with_topic_configs
+    from compactor.erasure.ledger import ErasureLedger
+    from compactor.ops.metrics import Metrics
+    from tests.lake import append
+
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    config = with_topic_configs(build_config({
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path), "cleanup.policy": "compact"}), {})
+    metrics = Metrics(config)  # port 0: registered, not served
+    ledger = ErasureLedger(config)
+    now = int(time.time() * 1000)
+
+    def tombstone(offset: int) -> None:
+        append(config, topic, 0, [(offset, b"k%d" % offset, None, now)], now_ms=now)
+        ledger.record_tombstones(topic)
+
+    def backlog() -> float | None:
+        return metrics.registry.get_sample_value("compactor_erasure_backlog", {"topic": topic})
+
+    tombstone(0)
+    metrics.on_pass(PassReport(), {})
+    assert backlog() == 1
+    tombstone(1)
+    metrics.on_pass(PassReport(), {})  # nothing committed, moments after the last refresh
+    assert backlog() == 1
+    cleaned = PartitionOutcome(topic, 0, CleanableRange(0, 0, 0, 0, 0, 0, None, 0, False, 0.5),
+                               None, committed=True)
+    metrics.on_pass(PassReport([cleaned]), {})
+    assert backlog() == 2
+    tombstone(2)
+    wait_until(lambda: metrics.on_pass(PassReport(), {}) or backlog() == 3, 30,
+               "a pass that committed nothing to refresh the gauges a few seconds later")
