@@ -285,20 +285,20 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     props = operations.properties(operations.MERGE_LATEST,
                                   f"latest values of {topic} up to the log", txns)
     try:
-        target = storage.table(paths.table)
-        before = target.version()
+        table.update_incremental()  # the commits since it was opened, not a reopen
+        before = table.version()
         metrics = (
-            target.merge(source, predicate="t.key = s.key", source_alias="s",
-                         target_alias="t", merge_schema=bool(typed and typed.added),
-                         commit_properties=props)
+            table.merge(source, predicate="t.key = s.key", source_alias="s",
+                        target_alias="t", merge_schema=bool(typed and typed.added),
+                        commit_properties=props)
             .when_matched_delete(predicate=f"s.value IS NULL AND {_NEWER}")
             .when_matched_update_all(predicate=f"s.value IS NOT NULL AND {_NEWER}")
             .when_not_matched_insert_all(predicate="s.value IS NOT NULL")
             .execute()
         )
-        if target.version() == before:  # a MERGE that changed no row commits nothing
-            target.create_write_transaction([], "append", target.schema(),
-                                            commit_properties=props)
+        if table.version() == before:  # a MERGE that changed no row commits nothing
+            table.create_write_transaction([], "append", table.schema(),
+                                           commit_properties=props)
     except Exception as exc:
         raise LakeError(f"MERGE into {paths.table} failed: {failure(paths.table, exc)}") \
             from exc

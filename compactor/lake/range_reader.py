@@ -23,6 +23,7 @@ from compactor.lake.segments import DataFile, PartitionLog
 from compactor.lake.storage import Storage
 
 BATCH_ROWS = 64 * 1024
+RELEASE_BYTES = 8 * 1024 * 1024  # iter_offsets gives freed pages back after this many read
 # The columns a write task keeps of the tombstones it writes (WrittenTombstones.rows).
 TOMBSTONE_COLUMNS = ["key", "offset", "timestamp"]
 
@@ -76,14 +77,16 @@ def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, column
 
     ``columns`` must include ``offset``. A file that cannot be read raises LakeError naming it.
     """
+    unreleased = 0  # bytes of the files read since the allocator last gave pages back
     for seg in plog.segments:
         if seg.base_offset > upto or seg.last_offset <= after:
             continue  # files are in offset order: the whole segment is outside the range
         for f in seg.files:
             if f.last_offset <= after or f.first_offset > upto:
                 continue
-            # One thread, and the allocator's free pages handed back after each file: otherwise
-            # a first catch-up's resident memory grows with the log (bench/README.md).
+            # One thread, and the allocator's free pages handed back every RELEASE_BYTES read:
+            # otherwise a first catch-up's resident memory grows with the log (bench/README.md);
+            # after every file, a range of small files cost as much in releases as in reads.
             for batch in file_batches(log_uri, f, columns, storage,
                                       f"partition {plog.partition}", use_threads=False):
                 if f.first_offset <= after or f.last_offset > upto:
@@ -92,7 +95,12 @@ def iter_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int, column
                                                  pc.less_equal(offsets, upto)))
                 if batch.num_rows:
                     yield batch
-            pa.default_memory_pool().release_unused()
+            unreleased += f.size_bytes
+            if unreleased >= RELEASE_BYTES:
+                pa.default_memory_pool().release_unused()
+                unreleased = 0
+    if unreleased:
+        pa.default_memory_pool().release_unused()
 
 
 def read_offsets(log_uri: str, plog: PartitionLog, after: int, upto: int,
