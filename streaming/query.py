@@ -256,7 +256,7 @@ class Mirror:
             timing("merge", time.monotonic() - started)
         if merged.tombstones:
             self.ledger.record_done(topic, "table", merged.merged_upto)
-        if merged.updated or merged.deleted or merged.rejected_erased:
+        if merged.updated or merged.deleted or merged.rejected_erased or merged.compacted:
             for hook in self.table_hooks:
                 hook(topic)
         self._last_merge[topic] = time.monotonic()

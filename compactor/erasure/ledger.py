@@ -51,6 +51,7 @@ from compactor.lake.commit_files import is_newest
 from compactor.lake.layout import LOG_HYGIENE, ensure_table, open_table, read_table, topic_paths
 from compactor.lake.log_follower import LogView, log_view
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, read_tombstones
+from compactor.lake.small_files import compact_small_files
 from compactor.positions import CLEANER, ERASE, LEDGER, TABLE, Position
 
 log = logging.getLogger(__name__)
@@ -157,27 +158,20 @@ class ErasureLedger:
 
     def compact(self, topic: str) -> int:
         """Rewrite the ledger's small files as files of up to ``COMPACT_TARGET_BYTES`` once it
-        holds ``COMPACT_AT_FILES`` files under half that size; returns how many it replaced.
-        delta-rs's OPTIMIZE: no event changes (``dataChange=false``), so it commits beside
-        concurrent appends; vacuum deletes the replaced files after the grace, as any of our
-        tables'. The caller holds the commit lock, so the rewrite is bounded in bytes."""
+        holds ``COMPACT_AT_FILES`` files under half that size (:mod:`compactor.lake.small_files`);
+        returns how many it replaced. No event changes, so it commits beside concurrent appends;
+        vacuum deletes the replaced files after the grace, as any of our tables'. The caller
+        holds the commit lock, so the rewrite is bounded in bytes."""
         table = open_table(self._path(topic), self._config.storage)
         if table is None:
             return 0
-        sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes")
-        small = pc.sum(pc.less(sizes, COMPACT_TARGET_BYTES // 2), min_count=0).as_py()
-        if small < COMPACT_AT_FILES:
-            return 0
         try:
-            metrics = table.optimize.compact(
-                target_size=COMPACT_TARGET_BYTES,
-                commit_properties=operations.properties(
-                    operations.COMPACT_LEDGER,
-                    f"erasure ledger of {topic}: small files rewritten as few"))
+            return compact_small_files(
+                table, COMPACT_TARGET_BYTES, COMPACT_AT_FILES, operations.COMPACT_LEDGER,
+                f"erasure ledger of {topic}: small files rewritten as few")
         except Exception as exc:  # the ledger only reads slower until the next pass
             log.warning("%s: cannot compact the erasure ledger: %s", self._path(topic), exc)
             return 0
-        return int(metrics.get("numFilesRemoved", 0))
 
     def prune(self, topic: str, now_ms: int | None = None) -> int:
         """Remove the erasures every target finished longer than ``erasure.ledger.retention.ms``

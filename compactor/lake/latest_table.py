@@ -11,6 +11,10 @@ Commit protocol of a catch-up, per topic:
 4. MERGE them into the table on ``t.key = s.key`` in one Delta commit that moves every
    merged partition's app transaction to L: a newer value updates or inserts, a newer
    tombstone deletes. A crash before the commit changes nothing; the next catch-up redoes it.
+5. Once the table holds ``COMPACT_AT_FILES`` small files (a MERGE that only inserts adds one),
+   rewrite them as few in an OPTIMIZE commit (:mod:`compactor.lake.small_files`); the files it
+   replaced still hold values, so the caller wakes the vacuum as for a MERGE's removals. A
+   failure is logged and tried again after the next MERGE.
 
 A topic with typed formats (``key.format`` / ``value.format``) decodes the range's records
 between steps 2 and 3 (:mod:`compactor.formats`): records that do not decode are left out
@@ -67,10 +71,17 @@ from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
 from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
 from compactor.lake.segments import PartitionLog
+from compactor.lake.small_files import compact_small_files
 from compactor.lake.storage import Storage, failure
 from compactor.positions import RETAINED, TABLE
 
 log = logging.getLogger(__name__)
+
+# Step 5: past this many files under half the target, the table's small files are rewritten
+# as files of up to the target. A MERGE opens every file of the table, so without it a topic
+# of mostly new keys made each MERGE slower than the last (bench/README.md).
+COMPACT_AT_FILES = 16
+COMPACT_TARGET_BYTES = 32 * 1024 * 1024
 
 _NEWER = ("((s.partition = t.partition AND s.offset > t.offset) OR "
           "(s.partition <> t.partition AND (s.timestamp > t.timestamp OR "
@@ -91,6 +102,7 @@ class LatestStats:
     columns_added: tuple[str, ...] = ()
     rejected_erased: int = 0  # rows of L/T/rejected a newer record superseded
     moved_values: int = 0  # log values whose key's tombstone is in another partition
+    compacted: int = 0  # table files step 5 replaced (they wait for vacuum)
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -302,6 +314,7 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     except Exception as exc:
         raise LakeError(f"MERGE into {paths.table} failed: {failure(paths.table, exc)}") \
             from exc
+    compacted = _compact(table, paths.table, topic)
     stats = LatestStats(
         records=read, keys=source.num_rows,
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
@@ -314,7 +327,20 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         columns_added=tuple(typed.added) if typed else (),
         rejected_erased=erased,
         moved_values=moved,
+        compacted=compacted,
     )
     log.info("table %s: merged %d keys (%d inserted, %d updated, %d deleted)", topic,
              stats.keys, stats.inserted, stats.updated, stats.deleted)
     return stats
+
+
+def _compact(table: DeltaTable, path: str, topic: str) -> int:
+    """Step 5: the table's small files rewritten as few, once due; how many it replaced."""
+    try:
+        return compact_small_files(table, COMPACT_TARGET_BYTES, COMPACT_AT_FILES,
+                                   operations.COMPACT_TABLE,
+                                   f"latest values of {topic}: small files rewritten as few")
+    except Exception as exc:  # the MERGE committed; the table only reads slower meanwhile
+        log.warning("%s: cannot compact the latest-value table: %s", path,
+                    failure(path, exc))
+        return 0

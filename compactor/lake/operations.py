@@ -33,6 +33,7 @@ MERGE_LATEST = "MERGE LATEST"  # the latest-value table brought up to the log
 ERASE_DOWNSTREAM = "ERASE DOWNSTREAM"  # tombstoned keys deleted from a downstream table
 RECORD_ERASURES = "RECORD ERASURES"  # tombstones and done events appended to the ledger
 COMPACT_LEDGER = "COMPACT LEDGER"  # the ledger's small files rewritten as few, no event changed
+COMPACT_TABLE = "COMPACT TABLE"  # the latest-value table's small files rewritten, no row changed
 RECONCILE = "RECONCILE"  # values of keys the topic erased while the mirror could not see it
 REBUILD_TABLE = "REBUILD TABLE"  # the latest-value table made again from the log
 MOVED_KEYS = "ERASE MOVED KEYS"  # values whose key's tombstone is in another partition

@@ -118,3 +118,32 @@ def test_a_range_that_changes_no_row_still_moves_the_position(tmp_path: Path) ->
     path = topic_paths(config.lake_path, "t").table
     assert DeltaTable(path).transaction_version("compactor-table-0") == 0
     assert catch_up(config.lake_path, "t", config.storage).records == 0
+
+
+def test_merges_of_new_keys_leave_few_files_and_every_row(tmp_path: Path) -> None:
+    """A MERGE that only inserts adds a file; past COMPACT_AT_FILES small ones the catch-up
+    rewrites them as few, rows unchanged, in a commit readers see as no data change."""
+    import json
+
+    from compactor.lake import latest_table, operations
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    merges = 2 * latest_table.COMPACT_AT_FILES + 3
+    replaced = 0
+    for i in range(merges):
+        append(config, "t", 0, [(i, b"k%d" % i, b"v%d" % i, T0)], now_ms=T0)
+        replaced += catch_up(config.lake_path, "t", config.storage).compacted
+    path = topic_paths(config.lake_path, "t").table
+    table = DeltaTable(path)
+    assert len(table.file_uris()) <= latest_table.COMPACT_AT_FILES
+    assert replaced >= latest_table.COMPACT_AT_FILES
+    assert table_rows(config, "t") == {b"k%d" % i: (b"v%d" % i, 0, i) for i in range(merges)}
+    compactions = [c for c in table.history()
+                   if c.get(operations.OPERATION_KEY) == operations.COMPACT_TABLE]
+    assert len(compactions) == 2
+    for version in range(table.version() + 1):
+        commit = Path(path, "_delta_log", f"{version:020d}.json").read_text().splitlines()
+        actions = [json.loads(line) for line in commit]
+        if any(operations.COMPACT_TABLE in json.dumps(a.get("commitInfo", {})) for a in actions):
+            assert all(not a[kind]["dataChange"] for a in actions for kind in ("add", "remove")
+                       if kind in a)
