@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
 import socket
 import statistics
 import subprocess
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import timeit
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,13 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
     }
 
 
+def machine_speed() -> float:
+    """Milliseconds one core takes for ``sum(range(10**6))`` (best of 5): runs on machines of
+    different speed compare by it, since the fixed costs (a Spark job, a broker request) do not
+    scale with the case."""
+    return min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -189,7 +198,8 @@ def main() -> None:
                                             topics, args)))
     base = results[0][1]["median s"]
     print(f"\n{args.rate} records/s in all, trigger {args.trigger_ms} ms, {args.seconds:.0f} s "
-          f"measured per case, broker {args.broker}; work dir {work}")
+          f"measured per case, broker {args.broker}; work dir {work}; "
+          f"{os.cpu_count()} cores, sum(range(10**6)) in {machine_speed():.0f} ms")
     print(f"{'case':<32}{'batches':>8}{'median s':>10}{'ratio':>8}{'p90 s':>8}{'lag':>8}"
           f"{'most lag':>9}{'driver MB':>11}{'files/closed seg':>18}{'metrics s':>11}"
           f"{'status s':>10}")
