@@ -5,9 +5,10 @@ latest-value table with each MERGE that only inserts (a MERGE rewrites the files
 or deletes in, but adds a file for new keys and touches no other). Every read of the ledger
 and every MERGE opens all of a table's files, so without compaction their cost grows with the
 run's age. The rewrite is delta-rs's OPTIMIZE compaction: rows unchanged, ``dataChange=false``
-(readers and the change data feed see no change). Files past half the target are never
-candidates, so a compaction rewrites the small files and at most one file short of the
-target, however large the table. The replaced files stay on disk until vacuum deletes them.
+(readers and the change data feed see no change). Only files under half the target count
+toward the trigger, and delta-rs leaves files of the target's size or more alone, so a
+compaction rewrites the small files and the few files short of the target it packs them with,
+not the whole table. The replaced files stay on disk until vacuum deletes them.
 """
 
 from __future__ import annotations
