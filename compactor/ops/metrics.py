@@ -199,7 +199,7 @@ class Metrics:
         self._last_ingest_s: dict[str, float] = {}
         self._lag_total: int | None = None
         self._last_lag = 0.0
-        self._last_refresh = -_REFRESH_EVERY_S
+        self._last_refresh = float("-inf")  # the first pass refreshes
         if port:
             serve(port, self.registry, self.liveness, self.readiness)
 
