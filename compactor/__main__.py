@@ -1,5 +1,5 @@
 """``python -m compactor``: the same as the ``compactor`` command."""
 
-from compactor.cli.main import entry
+from compactor.cli import entry
 
 entry()

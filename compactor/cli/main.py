@@ -4,8 +4,9 @@ One module per verb beside this one (faust's habit) adds its subcommand.
 
 Results go to stdout, logs to stderr. Exit codes: 0 done, 1 failure, 2 bad configuration or
 usage, 3 Kafka unreachable, 4 lake unreadable or a commit refused, 5 data loss, 130 interrupted
-before anything ran; audit-erasure also uses 1 (traces past their deadline), 6 (traces
-within their deadline) and 7 (traces without a deadline: the topic sets no max lag).
+(a verb other than run, or a second signal); audit-erasure also uses 1 (traces past their
+deadline), 6 (traces within their deadline) and 7 (traces without a deadline: the topic sets
+no max lag).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from compactor.cli import (
     clean,
     demo,
     describe_config,
+    early_stop,
     read,
     rebuild_table,
     report,
@@ -80,7 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        early_stop.for_verb(graceful=getattr(args, "graceful_stop", False))
         return int(args.func(args))
+    except early_stop.StopRequested as stop:
+        print(f"compactor: received {stop}: stopped before anything started, nothing written",
+              file=sys.stderr)
+        return 0
     except CompactorError as exc:
         print(f"compactor: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -124,8 +131,8 @@ def _stop_spark() -> None:
             log.debug("stopping Spark: %s", exc)
 
 
-def entry() -> None:
-    """The console script: run a verb, then leave without native teardown.
+def console() -> None:
+    """The console script's body: run a verb, then leave without native teardown.
 
     All output is flushed and every commit is durable by now. Interpreter finalization can
     then abort in native code ("terminate called without an active exception": deltalake

@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                      help="override bootstrap.servers")
     run.add_argument("--topic", action="append", metavar="TOPIC",
                      help="override topics (repeat for several)")
-    run.set_defaults(func=command)
+    run.set_defaults(func=command, graceful_stop=True)
 
 
 def command(args: argparse.Namespace) -> int:

@@ -152,3 +152,40 @@ def test_ctrl_c_during_start_up_stops_quietly(broker, topic_factory, tmp_path) -
     assert proc.returncode == 0, stderr[-3000:]
     lines = _product_lines(stderr)
     assert len(lines) == 1 and "received SIGINT" in lines[0], lines
+
+
+def _holding_signals(proc: subprocess.Popen[str]) -> bool:
+    """Whether the process catches SIGTERM yet (Linux's mask of caught signals)."""
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_before_the_run_s_modules_load_stops_it_with_exit_0(
+        broker, topic_factory, tmp_path, signum) -> None:
+    """systemd may stop a run that is still importing its modules: one line says so, it exits
+    0 as any stopped run does, and it has written nothing."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    produce(broker.bootstrap_servers, topic, [Record(b"k", b"v", 0)])
+    proc = _start(_config(tmp_path, broker, topic), tmp_path)
+    stderr = _signalled(proc, lambda: _holding_signals(proc), "the console script to start",
+                        signum, wait_s=30, timeout=60)
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = _product_lines(stderr)
+    assert lines == [f"compactor: received {signal.Signals(signum).name}: stopped before "
+                     "anything started, nothing written"], lines
+    assert not (tmp_path / "lake").exists()
+
+
+def test_ctrl_c_while_another_verb_starts_is_an_interruption(tmp_path) -> None:
+    """Only ``run`` stops gracefully; any other verb stopped while it starts exits 130."""
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": "localhost:1", "topics": "t", "lake.path": str(tmp_path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "compactor.cli", "describe-config", "--config", str(conf)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    stderr = _signalled(proc, lambda: _holding_signals(proc), "the console script to start",
+                        signal.SIGINT, wait_s=30, timeout=60)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines() == ["compactor: interrupted"]
