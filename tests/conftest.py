@@ -39,12 +39,14 @@ jvm.wait(240)
 
 
 class _ClassDataSharing:
-    """The archive, made in the background while the unit tests run (they start no JVM)."""
+    """The archive, made in the background while the unit tests run (they start no JVM), by
+    one of pytest's workers while the others wait for it."""
 
     def __init__(self) -> None:
         self._making: Any = None  # subprocess.Popen while the archive is being made
         self._archive: Path | None = None
         self._staging: Path | None = None
+        self._lock: Any = None  # the open lock file: held by its maker, waited for by others
 
     def start(self) -> None:
         import hashlib
@@ -65,6 +67,13 @@ class _ClassDataSharing:
         self._archive = Path(tempfile.gettempdir()) / f"compactor-tests-{key.hexdigest()[:16]}.jsa"
         if self._archive.exists():
             return
+        import fcntl
+
+        self._lock = self._archive.with_suffix(".lock").open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another worker makes it: use() waits for its lock
+            return
         self._staging = self._archive.with_suffix(f".{os.getpid()}.tmp")
         env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={self._staging}"}
         self._making = subprocess.Popen(
@@ -73,8 +82,13 @@ class _ClassDataSharing:
 
     def use(self) -> None:
         """Before the first JVM: wait for the archive, then hand it to every driver JVM."""
+        import fcntl
         import subprocess
 
+        if self._making is None and self._lock is not None:  # made by another worker
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            if self._archive is not None and not self._archive.exists():
+                self._archive = None  # it failed there: slower start-ups, same tests
         if self._making is not None:
             try:
                 code = self._making.wait(300)
@@ -91,6 +105,9 @@ class _ClassDataSharing:
                 for stale in self._archive.parent.glob("compactor-tests-*.jsa"):
                     if stale != self._archive:  # 160 MB each, made for another venv or JDK
                         stale.unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
         if self._archive is not None:
             os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={self._archive}"
             self._archive = None

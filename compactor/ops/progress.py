@@ -67,10 +67,13 @@ class IngestProgress:
     def lines(self, now: float) -> list[str]:
         out = []
         elapsed = max(now - self._started, 1e-3)
+        by_topic: dict[str, list[tuple[str, int]]] = {}  # one scan, not one per topic
+        for key in self._next:
+            by_topic.setdefault(key[0], []).append(key)
         for topic in sorted(self._topics):
             records = self._records.get(topic, 0)
             rate = records / elapsed
-            parts = [k for k in self._next if k[0] == topic]
+            parts = by_topic.get(topic, [])
             known = [k for k in parts if k in self._ends]
             lag = sum(max(0, self._ends[k] - self._next[k]) for k in known)
             text = f"ingest {topic}: {records:,} records in {_duration(elapsed)}, {rate:,.0f}/s"

@@ -18,13 +18,10 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from tests.cache import cache_dir, exclusive
+
 POM = Path(__file__).with_name("pom.xml")
 LOG4J = Path(__file__).with_name("log4j2.properties")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("KAFKA_LAKE_COMPACTOR_CACHE",
-                               Path.home() / ".cache" / "kafka-lake-compactor"))
 
 
 def kafka_version() -> str:
@@ -35,9 +32,15 @@ def kafka_version() -> str:
 def kafka_libs() -> Path:
     """The directory of Kafka's jars and their dependencies, fetched on first use."""
     libs = cache_dir() / f"kafka-{kafka_version()}" / "libs"
-    done = libs / ".complete"
-    if done.exists():
+    if (libs / ".complete").exists():
         return libs
+    with exclusive(libs.with_name("libs.lock")):  # pytest's workers: one fetches
+        if not (libs / ".complete").exists():
+            _fetch(libs)
+    return libs
+
+
+def _fetch(libs: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RuntimeError("the tests start Apache Kafka from Maven Central's jars and need "
@@ -54,7 +57,6 @@ def kafka_libs() -> Path:
     (staging / ".complete").write_text(kafka_version())
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
-    return libs
 
 
 def _free_port() -> int:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.kafka.broker import cache_dir
+from tests.cache import cache_dir, exclusive
 
 DELTA_SPARK = "4.4.0"
 JOB = Path(__file__).with_name("spark_job.py")
@@ -31,6 +31,13 @@ def python() -> Path:
     exe = home / "venv" / "bin" / "python"
     if (home / ".complete").exists():
         return exe
+    with exclusive(home.with_name(f"{home.name}.lock")):  # pytest's workers: one makes it
+        if not (home / ".complete").exists():
+            _make(home, exe)
+    return exe
+
+
+def _make(home: Path, exe: Path) -> None:
     shutil.rmtree(home / "venv", ignore_errors=True)  # a half-made one, without the mark
     home.mkdir(parents=True, exist_ok=True)
     for step in ([sys.executable, "-m", "venv", str(home / "venv")],
@@ -40,7 +47,6 @@ def python() -> Path:
             raise RuntimeError(f"making the delta-spark environment failed ({' '.join(step)}):"
                                f"\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     (home / ".complete").write_text(DELTA_SPARK)
-    return exe
 
 
 def start_job(job: dict[str, Any], script: Path = JOB) -> subprocess.Popen[str]:

@@ -23,6 +23,7 @@ Jobs:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -46,7 +47,10 @@ def session(extra: dict[str, str] | None = None,
         builder = builder.config(key, value)
     if extra and "spark.sql.catalogImplementation" in extra:
         builder = builder.enableHiveSupport()
-    spark = configure_spark_with_delta_pip(builder, extra_packages=packages).getOrCreate()
+    # Ivy writes its cache as it resolves the packages: one job of pytest's workers at a time.
+    with open(os.environ["DELTA_SPARK_IVY"] + ".lock", "a") as resolving:
+        fcntl.flock(resolving, fcntl.LOCK_EX)
+        spark = configure_spark_with_delta_pip(builder, extra_packages=packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
