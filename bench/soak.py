@@ -254,7 +254,7 @@ def main() -> None:
             fixed_cost(args, Path(tmp))
         else:
             continuous(args, Path(tmp))
-    os._exit(0)  # skip native teardown (see compactor.cli.main.entry)
+    os._exit(0)  # skip native teardown (see compactor.cli.main.console)
 
 
 if __name__ == "__main__":

@@ -120,9 +120,19 @@ def _starts_jvms(item: pytest.Item) -> bool:
     return "integration" in item.path.parts
 
 
+_LONG = ("faults", "kafka_oracle", "slow")  # the longest kind first
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Unit tests first: quick feedback, and time for the archive to be made meanwhile."""
-    items.sort(key=_starts_jvms)
+    """Unit tests first: quick feedback, and time for the archive to be made meanwhile. Then
+    the modules with long tests, longest kind first, so that pytest's workers do not end on
+    one of them alone."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        for i, name in enumerate(_LONG):
+            if item.get_closest_marker(name):
+                rank[item.path] = min(rank.get(item.path, i), i)
+    items.sort(key=lambda item: (_starts_jvms(item), rank.get(item.path, len(_LONG))))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

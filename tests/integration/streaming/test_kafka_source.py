@@ -212,32 +212,43 @@ def test_min_partitions_and_max_records_per_partition_split_a_range(spark, broke
     assert capped.rdd.getNumPartitions() == 4 and capped.count() == 100
 
 
-def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, broker, topic_factory,
-                                                                 tmp_path) -> None:
-    topic = topic_factory(1)
-    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", 0) for i in range(3)])
-    df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest",
-                 minOffsetsPerTrigger="10", maxTriggerDelay="4s")
-    batches: list[tuple[float, int]] = []  # non-empty micro-batches: (when, records)
-    started = time.monotonic()
+def _batches(df: Any, checkpoint: Path) -> tuple[Any, list[tuple[float, int]]]:
+    """A started query over ``df`` and its non-empty micro-batches: (when, records)."""
+    batches: list[tuple[float, int]] = []
 
     def keep(d: Any, _id: int) -> None:
         count = d.count()
         if count:
             batches.append((time.monotonic(), count))
 
-    query = (df.writeStream.foreachBatch(keep)
-             .option("checkpointLocation", str(tmp_path / "cp"))
+    query = (df.writeStream.foreachBatch(keep).option("checkpointLocation", str(checkpoint))
              .trigger(processingTime="200 milliseconds").start())
+    return query, batches
+
+
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, broker, topic_factory,
+                                                                 tmp_path) -> None:
+    held, enough = topic_factory(1), topic_factory(1)
+    produce(broker.bootstrap_servers, held, [Record(b"k%d" % i, b"v", 0) for i in range(3)])
+    started = time.monotonic()
+    query, batches = _batches(_stream(spark, broker, subscribe=held, startingOffsets="earliest",
+                                      minOffsetsPerTrigger="10", maxTriggerDelay="4s"),
+                              tmp_path / "held")
     try:
         wait_until(lambda: batches, 60, "the first micro-batch")
         # 3 records < minOffsetsPerTrigger: held back until maxTriggerDelay passed.
         assert batches[0][1] == 3 and batches[0][0] - started >= 4
-        produce(broker.bootstrap_servers, topic,
+    finally:
+        query.stop()
+    # Enough records go at once: with an hour's delay, nothing else could release them.
+    query, batches = _batches(_stream(spark, broker, subscribe=enough,
+                                      startingOffsets="earliest", minOffsetsPerTrigger="10",
+                                      maxTriggerDelay="1h"), tmp_path / "enough")
+    try:
+        produce(broker.bootstrap_servers, enough,
                 [Record(b"m%d" % i, b"v", 0) for i in range(12)])
-        produced = time.monotonic()
-        wait_until(lambda: sum(n for _, n in batches) == 15, 60, "the next 12 records")
-        assert batches[-1][0] - produced < 4  # enough records: no waiting for the delay
+        wait_until(lambda: batches, 60, "a micro-batch of the 12 records")
+        assert batches[0][1] >= 10
     finally:
         query.stop()
 
