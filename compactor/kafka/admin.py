@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource
 
 from compactor.exceptions import BrokerUnavailableError, ConfigError
 from compactor.kafka.clients import request_timeout_s, with_logger
 
 # Start-up questions fail fast on a wrong address; kafka.socket.timeout.ms overrides.
 _TIMEOUT_S = 15.0
+# librdkafka's wait never returns to Python, where a stop signal is handled: wait in slices.
+_SLICE_S = 0.5
 
 
 # Keys librdkafka accepts for consumers but an AdminClient refuses or warns about.
@@ -29,6 +32,20 @@ def admin_client(client_config: Mapping[str, str]) -> AdminClient:
         {k: v for k, v in client_config.items() if k not in _CONSUMER_ONLY}))
 
 
+def list_topics(admin: AdminClient, timeout_s: float) -> ClusterMetadata:
+    """The cluster's metadata, asked for again every ``_SLICE_S`` until ``timeout_s`` passed,
+    so that a Ctrl-C or SIGTERM meanwhile stops the command at once; librdkafka's
+    KafkaException once the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(0.0, min(_SLICE_S, left)))
+        except KafkaException:
+            if left <= _SLICE_S:
+                raise
+
+
 def describe_topic_configs(
     client_config: Mapping[str, str], topics: tuple[str, ...]
 ) -> dict[str, dict[str, tuple[str | None, bool]]]:
@@ -37,7 +54,7 @@ def describe_topic_configs(
     servers = client_config.get("bootstrap.servers", "?")
     timeout_s = request_timeout_s(client_config, _TIMEOUT_S)
     try:
-        meta = admin.list_topics(timeout=timeout_s)
+        meta = list_topics(admin, timeout_s)
     except KafkaException as exc:
         raise BrokerUnavailableError(
             f"cannot reach Kafka at bootstrap.servers={servers}: {exc.args[0]} "

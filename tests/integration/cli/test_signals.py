@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.helpers import lake_offsets, write_config
+from tests.integration.helpers import free_port, lake_offsets, write_config
 
 SHADOW = 'raise ImportError("the user\'s own {name}/ folder was imported")\n'
 
@@ -176,6 +176,26 @@ def test_a_signal_before_the_run_s_modules_load_stops_it_with_exit_0(
     assert lines == [f"compactor: received {signal.Signals(signum).name}: stopped before "
                      "anything started, nothing written"], lines
     assert not (tmp_path / "lake").exists()
+
+
+def _asking_kafka(proc: subprocess.Popen[str]) -> bool:
+    """Whether the process has started a Kafka client (librdkafka names its threads rdk:*)."""
+    tasks = Path(f"/proc/{proc.pid}/task")
+    return any((task / "comm").read_text().startswith("rdk:") for task in tasks.iterdir())
+
+
+def test_a_signal_while_kafka_does_not_answer_stops_the_run_at_once(tmp_path) -> None:
+    """A run starting against a cluster that does not answer (here for up to five minutes)
+    still stops at once on SIGTERM, with exit 0, not when the request times out."""
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": f"127.0.0.1:{free_port()}", "topics": "t",
+        "lake.path": str(tmp_path / "lake"), "kafka.socket.timeout.ms": "300000"})
+    proc = _start(conf, tmp_path)
+    stderr = _signalled(proc, lambda: _asking_kafka(proc), "the run to ask Kafka",
+                        signal.SIGTERM, wait_s=60, timeout=60)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert _product_lines(stderr) == ["compactor: received SIGTERM: stopped before anything "
+                                      "started, nothing written"]
 
 
 def test_ctrl_c_while_another_verb_starts_is_an_interruption(tmp_path) -> None:
