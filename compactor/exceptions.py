@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+# The documented "interrupted": Ctrl-C to a verb other than run, or a second stop signal.
+INTERRUPTED_EXIT = 130
+
 
 class CompactorError(Exception):
     """Root of the product's errors; ``exit_code`` is what the CLI exits with."""

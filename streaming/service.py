@@ -36,7 +36,7 @@ from compactor.config import CompactorConfig, resolve_config
 from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
 from compactor.erasure.source_gap import SourceGap
-from compactor.exceptions import CompactorError
+from compactor.exceptions import INTERRUPTED_EXIT, CompactorError
 from compactor.ingest.batch_stats import BatchStats
 from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
@@ -53,8 +53,6 @@ from compactor.ops.status import broker_end_offsets
 from streaming.catalog import register_tables
 
 log = logging.getLogger(__name__)
-
-FORCED_EXIT = 130  # a second Ctrl-C or SIGTERM: the documented "interrupted"
 
 
 class Service:
@@ -85,7 +83,7 @@ class Service:
                 # What a kill -9 leaves is safe (nothing half-committed); the user asked twice.
                 print(f"compactor: second {name}: stopping now, without waiting for the "
                       "current commit", file=sys.stderr, flush=True)
-                os._exit(FORCED_EXIT)
+                os._exit(INTERRUPTED_EXIT)
             log.warning("received %s: stopping after the current commit (send it again to "
                         "stop at once)", name)
         self._stop.set()

@@ -23,8 +23,9 @@ import threading
 from types import FrameType
 from typing import Any
 
+from compactor.exceptions import INTERRUPTED_EXIT
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-FORCED_EXIT = 130  # the documented "interrupted", as a second signal to a running service
 
 
 class StopRequested(BaseException):
@@ -45,7 +46,7 @@ class _Hold:
         if self.pending is not None:
             print(f"compactor: second {signal.Signals(signum).name}: stopping now",
                   file=sys.stderr, flush=True)
-            os._exit(FORCED_EXIT)
+            os._exit(INTERRUPTED_EXIT)
         self.pending = signum
         if self.raising:
             raise StopRequested(signum)

@@ -31,7 +31,7 @@ from compactor.cli import (
     run,
     status,
 )
-from compactor.exceptions import CompactorError, one_line
+from compactor.exceptions import INTERRUPTED_EXIT, CompactorError, one_line
 from compactor.ops.metrics import installed_version
 
 log = logging.getLogger("compactor")
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("compactor: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
     except BrokenPipeError:  # the reader of stdout left (compactor read | head)
         return 0
 
