@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,3 +23,13 @@ def exclusive(lock: Path) -> Iterator[None]:
     with lock.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes, or its process dies
         yield
+
+
+def made_once(directory: Path, make: Callable[[], None]) -> Path:
+    """``directory``, made by ``make`` unless its ``.complete`` mark is there (``make`` writes
+    the mark last); one of pytest's workers makes it while the others wait."""
+    if not (directory / ".complete").exists():
+        with exclusive(directory.with_name(f"{directory.name}.lock")):
+            if not (directory / ".complete").exists():
+                make()
+    return directory

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from tests.cache import cache_dir, exclusive
+from tests.cache import cache_dir, made_once
 
 POM = Path(__file__).with_name("pom.xml")
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -32,12 +32,7 @@ def kafka_version() -> str:
 def kafka_libs() -> Path:
     """The directory of Kafka's jars and their dependencies, fetched on first use."""
     libs = cache_dir() / f"kafka-{kafka_version()}" / "libs"
-    if (libs / ".complete").exists():
-        return libs
-    with exclusive(libs.with_name("libs.lock")):  # pytest's workers: one fetches
-        if not (libs / ".complete").exists():
-            _fetch(libs)
-    return libs
+    return made_once(libs, lambda: _fetch(libs))
 
 
 def _fetch(libs: Path) -> None:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.cache import cache_dir, exclusive
+from tests.cache import cache_dir, made_once
 
 DELTA_SPARK = "4.4.0"
 JOB = Path(__file__).with_name("spark_job.py")
@@ -29,11 +29,7 @@ def python() -> Path:
     """The Python of the delta-spark environment, made on first use."""
     home = cache_dir() / f"delta-spark-{DELTA_SPARK}"
     exe = home / "venv" / "bin" / "python"
-    if (home / ".complete").exists():
-        return exe
-    with exclusive(home.with_name(f"{home.name}.lock")):  # pytest's workers: one makes it
-        if not (home / ".complete").exists():
-            _make(home, exe)
+    made_once(home, lambda: _make(home, exe))
     return exe
 
 
