@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 # Every JVM the tests start (the session's Spark, each `compactor` subprocess's) compiles with
-# C1 only: the tests' JVMs live seconds, and Spark's start-up is about 15% faster so (7.1 s ->
-# 6.0 s measured). Test setting only; the product leaves the JVM's defaults alone.
+# C1 only: the tests' JVMs live seconds, and Spark starts faster so (CONTRIBUTING.md). Test
+# setting only; the product leaves the JVM's defaults alone.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # Spark's Python workers leave their working directory off sys.path (streaming.session); the
@@ -23,8 +23,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
 # The classes a Spark driver loads at start, archived once (AppCDS, JDK 13+) and mapped by every
-# JVM the tests start after it: 13 s -> 7 s to a first Spark job on this 2-core VM, about five
-# seconds off each `compactor` subprocess (the suite starts dozens). SPARK_SUBMIT_OPTS reaches
+# JVM the tests start after it: a faster first Spark job in each `compactor` subprocess (the
+# suite starts dozens; figures in CONTRIBUTING.md). SPARK_SUBMIT_OPTS reaches
 # the driver JVM only, not spark-class's launcher with its other class path. A missing or stale
 # archive is ignored by the JVM (-Xshare:auto): only start-up speed depends on it.
 _CDS_WARMUP = """
@@ -103,7 +103,7 @@ class _ClassDataSharing:
             else:
                 os.replace(self._staging, self._archive)
                 for stale in self._archive.parent.glob("compactor-tests-*.jsa"):
-                    if stale != self._archive:  # 160 MB each, made for another venv or JDK
+                    if stale != self._archive:  # large, and made for another venv or JDK
                         stale.unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.close()
