@@ -1,5 +1,8 @@
-"""A delta-spark job over the mirror's tables, run by ``tests/lakehouse/delta_spark.py`` in an
-environment of its own. Reads a JSON job from argv, prints one JSON line of results.
+"""delta-spark jobs over the mirror's tables, run by ``tests/lakehouse/delta_spark.py`` in an
+environment of its own. With a JSON job in argv: runs it and prints one JSON line of results.
+With ``--serve``: one Spark session for job after job, each a JSON line on stdin answered by a
+line ``RESULT <json>`` (or ``FAILED <json traceback>``) on stdout; other lines there are the
+JVM's. A ``catalog`` job needs a session of its own and is not served.
 
 Jobs:
 - ``{"batch": {name: path}}``: per table its rows' (partition, offset), its ``DESCRIBE
@@ -39,6 +42,9 @@ def session(extra: dict[str, str] | None = None,
     builder = (SparkSession.builder.master("local[2]").appName("delta-spark-reader")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
+               # The tests' tables have a short log: its replay in 50 tasks (the default) is
+               # mostly task overhead.
+               .config("spark.databricks.delta.snapshotPartitions", "2")
                .config("spark.jars.ivy", os.environ["DELTA_SPARK_IVY"])
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog",
@@ -87,8 +93,9 @@ def stream(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     else:
         columns = ["partition", "offset"]
         reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
+    name = f"seen_{time.monotonic_ns()}"  # a served session's earlier streams keep theirs
     query = (reader.load(path).selectExpr(*columns).writeStream.format("memory")
-             .queryName("seen").trigger(processingTime="1 second").start())
+             .queryName(name).trigger(processingTime="1 second").start())
     deadline = time.monotonic() + seconds
     error = None
     while time.monotonic() < deadline:
@@ -100,11 +107,11 @@ def stream(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
         if job.get("stop") and os.path.exists(job["stop"]):
             query.processAllAvailable()  # everything committed before the stop was asked
             break
-        if spark.sql("SELECT count(*) AS n FROM seen").collect()[0]["n"] >= until:
+        if spark.sql(f"SELECT count(*) AS n FROM {name}").collect()[0]["n"] >= until:
             break
         time.sleep(1)
     query.stop()
-    rows = spark.sql("SELECT * FROM seen")
+    rows = spark.sql(f"SELECT * FROM {name}")
     seen = (sorted([list(r) for r in rows.collect()], key=lambda r: (r[0], str(r[1:])))
             if job.get("change_feed") else positions(rows))
     return {"seen": seen, "error": error, "batches": len(query.recentProgress)}
@@ -161,22 +168,42 @@ def catalog(spark: SparkSession, database: str) -> dict[str, Any]:
     return out
 
 
+def run(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    if "batch" in job:
+        return batch(spark, job["batch"])
+    if "create" in job:
+        return create(spark, job["create"])
+    if "keys" in job:
+        return keys(spark, job["keys"])
+    if "catalog" in job:
+        return catalog(spark, job["catalog"]["database"])
+    if "changes" in job:
+        return changes(spark, job["changes"])
+    return stream(spark, job)
+
+
+def serve() -> None:
+    """Jobs from stdin until it closes, in one session: a JVM's start and its first query
+    (Delta's classes loading) are paid once, not per job."""
+    import traceback
+
+    spark = session()
+    for line in sys.stdin:
+        try:
+            answer = "RESULT " + json.dumps(run(spark, json.loads(line)))
+        except Exception:
+            answer = "FAILED " + json.dumps(traceback.format_exc())
+        print(answer, flush=True)
+    spark.stop()
+
+
 def main() -> None:
+    if sys.argv[1] == "--serve":
+        serve()
+        return
     job = json.loads(sys.argv[1])
     spark = session(job["catalog"]["conf"] if "catalog" in job else None)
-    if "batch" in job:
-        result = batch(spark, job["batch"])
-    elif "create" in job:
-        result = create(spark, job["create"])
-    elif "keys" in job:
-        result = keys(spark, job["keys"])
-    elif "catalog" in job:
-        result = catalog(spark, job["catalog"]["database"])
-    elif "changes" in job:
-        result = changes(spark, job["changes"])
-    else:
-        result = stream(spark, job)
-    print(json.dumps(result))
+    print(json.dumps(run(spark, job)))
 
 
 if __name__ == "__main__":
