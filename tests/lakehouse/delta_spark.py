@@ -137,8 +137,10 @@ class Job:
 
     def poll(self) -> int | None:
         """None while the job can still answer; the exit code of its process once it ended."""
-        proc = self._proc if self._proc is not None else self._server.proc  # type: ignore[union-attr]
-        return proc.poll()
+        if self._proc is not None:
+            return self._proc.poll()
+        assert self._server is not None
+        return self._server.proc.poll()
 
 
 def start_job(job: dict[str, Any]) -> Job:
