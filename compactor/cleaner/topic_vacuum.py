@@ -13,6 +13,12 @@ a running service vacuums a topic only when something can be there to delete:
   past the log retention).
 
 A pass run on its own (``compactor clean``) vacuums every topic it covers.
+
+While none of the service's commits is being prepared, a vacuum also deletes the files of the
+topic's own tables that no commit references and that are older than the grace (a "full"
+vacuum): orphans of a crashed run, and removed files whose remove action a checkpoint left out
+(Delta's checkpoints keep a removal only until its grace passes, and the vacuum reads removals
+from them). Downstream tables are not swept so: their other writers may have files in flight.
 """
 
 from __future__ import annotations
@@ -92,7 +98,10 @@ class TopicVacuum:
                     except Exception as exc:
                         log.warning("%s: cannot record the vacuum grace: %s", path, exc)
                 idle = self._nothing_in_flight is not None and self._nothing_in_flight()
-                sweep = path in ours and tc.erasure_deadline and idle
+                # Every topic, not only those with a deadline: a checkpoint written after a
+                # removal's grace drops its remove action, and Delta's vacuum then sees an
+                # orphan where a removed file (superseded or erased values) still lies.
+                sweep = path in ours and idle
                 try:
                     deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep,
                                                     tidy=path in ours and idle))

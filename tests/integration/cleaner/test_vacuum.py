@@ -110,3 +110,41 @@ def test_our_tables_checkpoint_and_expire_their_logs(tmp_path) -> None:
     props = DeltaTable(str(old)).metadata().configuration
     assert props["delta.logRetentionDuration"] == "interval 600 seconds"
     assert props[RETENTION_PROPERTY] == "interval 30 seconds"
+
+
+@pytest.mark.parametrize("idle", [True, False])
+def test_a_file_whose_removal_a_checkpoint_forgot_is_still_deleted(tmp_path, idle) -> None:
+    """A checkpoint written after a removal's grace leaves its expired remove action out, and
+    Delta's vacuum then no longer knows the file. A service's vacuum of a topic without an
+    erasure deadline must delete it all the same: it holds superseded values. Only while no
+    commit of the service is being prepared: a file of a commit in flight looks the same."""
+    import threading
+
+    from compactor.cleaner.topic_vacuum import TopicVacuum
+    from compactor.erasure.ledger import ErasureLedger
+    from compactor.lake.layout import topic_paths
+    from tests.lake import append, offline_config
+
+    config = offline_config(str(tmp_path / "lake"), "t", cleanup_policy="compact",
+                            vacuum_grace_ms=200)
+    assert not config.topic("t").erasure_deadline
+    now = int(time.time() * 1000)
+    append(config, "t", 0, [(0, b"k", b"old value", now)], now)
+    log = topic_paths(config.lake_path, "t").log
+    table = DeltaTable(log)
+    ensure_properties(table, 200)
+    table = DeltaTable(log)
+    [add] = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    table.create_write_transaction(
+        [RemoveAction(add["path"], True, int(time.time() * 1000), add["size_bytes"],
+                      {"partition": "0", "segment": "0"})],
+        "append", table.schema(), partition_by=["partition", "segment"])
+    time.sleep(0.5)  # past the grace
+    DeltaTable(log).create_checkpoint()
+    assert DeltaTable(log).vacuum(dry_run=True, enforce_retention_duration=True) == []
+    removed = Path(log) / add["path"]
+    assert removed.exists()
+
+    vacuum = TopicVacuum(config, ErasureLedger(config), threading.Lock(), lambda: idle)
+    vacuum.run("t")
+    assert removed.exists() is not idle
