@@ -104,7 +104,7 @@ class TopicVacuum:
                 sweep = path in ours and idle
                 try:
                     deleted += len(self._vacuum.run(path, grace, orphans_past_grace=sweep,
-                                                    tidy=path in ours and idle))
+                                                    tidy=sweep))
                     if path == paths.table:
                         deleted += len(self._vacuum.change_data(path, grace, now_ms))
                     if path in ours:
