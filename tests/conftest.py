@@ -28,6 +28,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # the driver JVM only, not spark-class's launcher with its other class path. A missing or stale
 # archive is ignored by the JVM (-Xshare:auto): only start-up speed depends on it.
 _CDS_WARMUP = """
+import os
+import sys
+
 from streaming.session import build_session
 spark = build_session({"spark.master": "local[2]", "spark.ui.enabled": "false"})
 spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().toPandas()
@@ -35,20 +38,26 @@ jvm = spark.sparkContext._gateway.proc
 spark.stop()
 jvm.stdin.close()  # the JVM exits when its stdin closes, and writes the archive as it exits
 jvm.wait(240)
+staging, archive = sys.argv[1:3]
+if os.path.exists(staging):  # published by this process, which holds the lock until it exits
+    os.replace(staging, archive)
 """
 
 
 class _ClassDataSharing:
     """The archive, made in the background while the unit tests run (they start no JVM), by
-    one of pytest's workers while the others wait for it."""
+    one of pytest's workers while the others wait for it.
+
+    The process making it holds the lock file and publishes the archive before it exits, so a
+    worker waits for that process, never for another worker (which may have no JVM test)."""
 
     def __init__(self) -> None:
-        self._making: Any = None  # subprocess.Popen while the archive is being made
+        self._making: Any = None  # subprocess.Popen while this worker has the archive made
         self._archive: Path | None = None
-        self._staging: Path | None = None
-        self._lock: Any = None  # the open lock file: held by its maker, waited for by others
+        self._lock: Any = None  # the open lock file of a worker waiting for another's maker
 
     def start(self) -> None:
+        import fcntl
         import hashlib
         import subprocess
         import sys
@@ -67,50 +76,48 @@ class _ClassDataSharing:
         self._archive = Path(tempfile.gettempdir()) / f"compactor-tests-{key.hexdigest()[:16]}.jsa"
         if self._archive.exists():
             return
-        import fcntl
-
         self._lock = self._archive.with_suffix(".lock").open("a")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another worker makes it: use() waits for its lock
+        except BlockingIOError:  # another worker's process makes it: use() waits for it
             return
-        self._staging = self._archive.with_suffix(f".{os.getpid()}.tmp")
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={self._staging}"}
+        if self._archive.exists():  # made while this worker looked
+            self._lock.close()
+            self._lock = None
+            return
+        staging = self._archive.with_suffix(f".{os.getpid()}.tmp")
+        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={staging}"}
+        # The maker inherits the lock: it is released when the maker exits, archive or not.
         self._making = subprocess.Popen(
-            [sys.executable, "-c", _CDS_WARMUP], env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parent.parent)
+            [sys.executable, "-c", _CDS_WARMUP, str(staging), str(self._archive)], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(self._lock.fileno(),),
+            cwd=Path(__file__).resolve().parent.parent)
+        self._lock.close()
+        self._lock = None
 
     def use(self) -> None:
-        """Before the first JVM: wait for the archive, then hand it to every driver JVM."""
+        """Before the first JVM: wait for the archive's maker, then hand the archive (when it
+        was made) to every driver JVM."""
         import fcntl
         import subprocess
 
-        if self._making is None and self._lock is not None:  # made by another worker
+        if self._lock is not None:  # another worker's process makes it
             fcntl.flock(self._lock, fcntl.LOCK_EX)
-            if self._archive is not None and not self._archive.exists():
-                self._archive = None  # it failed there: slower start-ups, same tests
-        if self._making is not None:
-            try:
-                code = self._making.wait(300)
-            except subprocess.TimeoutExpired:
-                self._making.kill()
-                code = None
-            self._making = None
-            assert self._staging is not None and self._archive is not None
-            if code != 0 or not self._staging.exists():
-                self._staging.unlink(missing_ok=True)
-                self._archive = None  # slower start-ups, same tests
-            else:
-                os.replace(self._staging, self._archive)
-                for stale in self._archive.parent.glob("compactor-tests-*.jsa"):
-                    if stale != self._archive:  # large, and made for another venv or JDK
-                        stale.unlink(missing_ok=True)
-        if self._lock is not None:
             self._lock.close()
             self._lock = None
-        if self._archive is not None:
+        if self._making is not None:
+            try:
+                self._making.wait(300)
+            except subprocess.TimeoutExpired:
+                self._making.kill()
+                self._making.wait()
+            self._making = None
+            for stale in Path(self._archive or ".").parent.glob("compactor-tests-*"):
+                if stale != self._archive and stale.suffix in (".jsa", ".tmp"):
+                    stale.unlink(missing_ok=True)  # large, made for another venv or JDK
+        if self._archive is not None and self._archive.exists():
             os.environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={self._archive}"
-            self._archive = None
+        self._archive = None  # without it: slower start-ups, same tests
 
 
 _CDS = _ClassDataSharing()

@@ -85,43 +85,61 @@ def test_a_delta_stream_follows_the_log_while_the_mirror_cleans_and_vacuums(
                                str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
     log = topic_paths(str(tmp_path / "lake"), topic).log
-    sent = 1
+    sent = [1, 0]  # records sent to partitions 0 and 1
     stop = threading.Event()
 
     def keep_producing() -> None:
-        nonlocal sent
         i = 0
-        while not stop.is_set() and i < 60:
+        while not stop.is_set() and i < 600:
             produce(broker.bootstrap_servers, topic,
                     [Record(b"k%d" % (j % 5), b"v%d-%d" % (i, j), j % 2) for j in range(20)])
-            sent += 20
+            sent[0] += 10
+            sent[1] += 10
             i += 1
             time.sleep(0.5)
 
+    def vacuumed() -> bool:
+        history = DeltaTable(log).history()
+        return (any((h.get("userMetadata") or "").startswith("compactor: clean")
+                    for h in history)
+                and any(h.get("operation") == "VACUUM END" for h in history))
+
+    def last_offsets() -> list[int]:
+        ends = [-1, -1]
+        for p, o in _positions(log):
+            ends[p] = max(ends[p], o)
+        return ends
+
     result: dict[str, Any] = {}
-    ready = tmp_path / "stream-ready"
+    ready, appended = tmp_path / "stream-ready", tmp_path / "all-appended"
     try:
         wait_until(lambda: len(_positions(log)) == 1 if (Path(log) / "_delta_log").exists()
                    else False, 180, "the mirror's first record")
         # The stream starts from the log as it stands (one record), then every append.
-        follower = start_job({"stream": log, "seconds": 300, "until": 1201,
-                              "ready": str(ready)})
+        follower = start_job({"stream": log, "seconds": 600, "until": 10**9,
+                              "ready": str(ready), "stop": str(appended)})
         wait_until(lambda: ready.exists() or follower.poll() is not None, 300,
                    "the delta-spark stream's first micro-batch")
         producer = threading.Thread(target=keep_producing, daemon=True)
         producer.start()
-        result = job_result(follower)
+        # Records keep coming until the mirror has cleaned and vacuumed the log under the
+        # stream; then the stream reads what the mirror appended, to the last record.
+        wait_until(lambda: vacuumed() or follower.poll() is not None, 300,
+                   "a clean and a vacuum of the log while the stream follows it")
+        stop.set()
         producer.join(60)
+        wait_until(lambda: last_offsets() == [n - 1 for n in sent] or mirror.poll() is not None,
+                   180, "the mirror to append every record sent")
+        appended.touch()
+        result = job_result(follower)
     finally:
         stop.set()
         mirror.terminate()
         _, stderr = mirror.communicate(timeout=120)
     assert mirror.returncode == 0, stderr[-3000:]
     assert result["error"] is None, result["error"]
-    history = DeltaTable(log).history()
-    assert any((h.get("userMetadata") or "").startswith("compactor: clean") for h in history)
-    assert any(h.get("operation") == "VACUUM END" for h in history)  # files deleted meanwhile
+    assert vacuumed()  # files were deleted under the stream
     # Every record the mirror appended reached the stream, once: cleaning and vacuum, which
     # remove files, never stopped it nor made it read a record twice.
     seen = [tuple(p) for p in result["seen"]]
-    assert len(seen) == len(set(seen)) == sent == 1201
+    assert len(seen) == len(set(seen)) == sum(sent)
