@@ -51,6 +51,7 @@ from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
 from streaming.catalog import register_tables
+from streaming.restarts import Restarts
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ class Service:
         started = time.monotonic()
         run = self._start(on_batch, on_pass)
         checkpoints.start()  # off the micro-batch's commits: written while the next is read
-        query = run.mirror.start(once=once)
+        restarts = Restarts()
+        query = restarts.start(run.mirror, once)
         if run.metrics is not None:
             run.metrics.alive = lambda: bool(query.isActive)
         self._recover(run.mirror)
@@ -109,8 +111,13 @@ class Service:
         log.info("mirroring %s from %s into %s", ",".join(self.config.topics),
                  self.config.bootstrap_servers, self.config.lake_path)
         try:
-            self._loop(run, query, once)
-            failure: Any = query.exception()
+            while True:
+                self._loop(run, query, once)
+                failure: Any = query.exception()
+                if failure is None or self._stop.is_set() or not restarts.allow(
+                        run.mirror, failure):
+                    break
+                query = restarts.start(run.mirror, once)
             if failure is not None:
                 raise run.mirror.error(failure)
             if once and not self._stop.is_set():

@@ -1,22 +1,15 @@
-"""``compactor`` as a process: exit codes, messages, and surviving kill -9."""
+"""``compactor`` as a process: exit codes, messages and results (kill -9 and restarts are in
+``test_faults.py`` and ``streaming/test_many_partitions.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from compactor.demo.workload import Record, produce
-from tests.conftest import wait_until
 from tests.integration.helpers import compactor, lake_offsets, write_config
 
 
@@ -61,67 +54,6 @@ def test_unreachable_broker_exits_3(tmp_path) -> None:
 
 def _offsets(lake: Path, topic: str) -> list[tuple[int, int]]:
     return lake_offsets(str(lake / topic / "log"))
-
-
-@pytest.mark.slow
-def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
-        broker, topic_factory, tmp_path) -> None:
-    topic = topic_factory(3, {"cleanup.policy": "compact"})
-    lake = tmp_path / "lake"
-    conf = write_config(
-        tmp_path / "c.properties", **{
-            "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
-            "lake.path": str(lake), "trigger.interval.ms": "300",
-            "max.offsets.per.trigger": "3000", "spark.master": "local[2]",
-            "spark.ui.enabled": "false"})
-    rng = random.Random(11)
-    chunks = [[Record(b"k%d" % rng.randrange(500), os.urandom(40), rng.randrange(3))
-               for _ in range(4000)] for _ in range(6)]
-    produced = threading.Event()
-
-    def producer() -> None:
-        for chunk in chunks:
-            produce(broker.bootstrap_servers, topic, chunk)
-            time.sleep(0.5)
-        produced.set()
-
-    thread = threading.Thread(target=producer, daemon=True)
-    thread.start()
-    kills = 0
-    for _ in range(2):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "compactor.cli", "run", "--config", str(conf)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        before = DeltaTable(str(lake / topic / "log")).version() if (lake / topic).exists() else 0
-        try:
-            # Kill once at least one more batch has committed: mid-stream, mid-work.
-            wait_until(lambda b=before: (lake / topic / "log" / "_delta_log").exists()
-                       and DeltaTable(str(lake / topic / "log")).version() >= b + 2,
-                       120, "two more committed micro-batches")
-            time.sleep(rng.uniform(0, 0.6))
-        finally:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kills += 1
-    thread.join(120)
-    assert produced.is_set()
-    result = compactor("run", "--config", str(conf), "--once", "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout)["ingest"]["batches"] >= 0
-
-    expected = sorted({(p, o) for p, n in _per_partition(chunks).items() for o in range(n)})
-    got = _offsets(lake, topic)
-    assert len(got) == len(set(got)), "an offset was written twice"
-    assert sorted(got) == expected, "an offset was lost"
-    assert kills == 2
-
-
-def _per_partition(chunks: list[list[Record]]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for chunk in chunks:
-        for r in chunk:
-            counts[r.partition] = counts.get(r.partition, 0) + 1
-    return counts
 
 
 @pytest.mark.slow
