@@ -45,7 +45,6 @@ from pyspark.sql.types import StructType
 
 from compactor.exceptions import DataLossError
 from compactor.kafka.broker_offsets import OffsetReader
-from streaming.consumer import consume_range
 from streaming.exceptions import KafkaSourceError
 from streaming.offset_planning import (
     EARLIEST,
@@ -188,6 +187,9 @@ class _Ranges:
                 schema=RANGES_SCHEMA,
             )
             return
+        # Here, not at the top: the processes Spark starts to plan the source never read.
+        from streaming.consumer import consume_range
+
         for batch in consume_range(
             self._opts.client_config, r.topic, r.partition, r.start, r.end,
             self._opts.poll_timeout_ms, self._opts.fail_on_data_loss, self._opts.include_headers,
