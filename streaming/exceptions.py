@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compactor.exceptions import CompactorError, DataLossError
 
-__all__ = ["DataLossError", "KafkaSourceError", "StreamingError"]
+__all__ = ["DataLossError", "KafkaSourceError", "StreamingError", "first_line"]
 
 
 class StreamingError(CompactorError):
@@ -15,3 +15,10 @@ class KafkaSourceError(StreamingError):
     """An option of the Kafka data source is missing or malformed."""
 
     exit_code = 2
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (Spark's reason before its stack trace), or its
+    class name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

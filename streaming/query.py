@@ -37,7 +37,7 @@ from compactor.tasks import task_groups
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_ranges
-from streaming.exceptions import StreamingError
+from streaming.exceptions import StreamingError, first_line
 from streaming.kafka_source import SHORT_NAME
 from streaming.offset_planning import EARLIEST, LATEST
 
@@ -90,8 +90,7 @@ def unwrap_error(exc: BaseException) -> CompactorError:
         cls = _ERROR_CLASSES.get(match.group(1)) if match else None
         if match and cls is not None:
             return cls(match.group(2).strip())
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return StreamingError(f"the streaming query failed: {first}")
+    return StreamingError(f"the streaming query failed: {first_line(exc)}")
 
 
 def early_merge_s(interval_s: float, trigger_ms: int) -> float:

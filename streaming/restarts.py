@@ -16,6 +16,8 @@ from typing import Any
 
 from pyspark.sql.streaming.query import StreamingQuery
 
+from streaming.exceptions import first_line
+
 log = logging.getLogger(__name__)
 
 # Spark's words when a Python worker it started did not connect back in time.
@@ -42,10 +44,9 @@ class Restarts:
         self._batches_at_last = batches
         if self._in_a_row > self._max:
             return False
-        first = text.strip().splitlines()[0] if text.strip() else type(failure).__name__
         log.warning("the streaming query failed (%s): a start-up failure of Spark's Python "
                     "workers, not of the data; starting it again from its checkpoint "
-                    "(%d of %d in a row)", first[:300], self._in_a_row, self._max)
+                    "(%d of %d in a row)", first_line(failure)[:300], self._in_a_row, self._max)
         return True
 
     def start(self, mirror: Any, once: bool) -> StreamingQuery:
