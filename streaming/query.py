@@ -32,6 +32,7 @@ from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import log_view
+from compactor.lake.written_records import WrittenLog
 from compactor.positions import query_checkpoint
 from compactor.tasks import task_groups
 from streaming import exceptions as streaming_errors
@@ -116,6 +117,10 @@ class Mirror:
         self.readers = TombstoneReaders(config)
         self.ledger = self.readers.ledger
         self._last_merge: dict[str, float] = {}  # topic -> monotonic time of its last MERGE
+        # topic -> (log version, change feed) its table last caught up with: an idle topic's
+        # MERGE is then skipped without opening its table.
+        self._merged_at: dict[str, tuple[int, bool]] = {}
+        self.written = WrittenLog()  # the committed records the next MERGEs read
         self.in_batch = False
         self.failure: BaseException | None = None
         self.generations: dict[str, int] = {}  # this run's writer generations (fencing)
@@ -170,6 +175,7 @@ class Mirror:
         with self.commit_lock:
             locked = time.monotonic()
             stats = commit_ranges(self.config, results, self.generations)
+            self.written.add(r.records for r in results if r.records is not None)
             self._rejected_read.update((p.topic, p.partition) for p in plans)
             committed = time.monotonic()
             for topic in sorted(stats):
@@ -244,13 +250,23 @@ class Mirror:
                 self._merge(topic)
 
     def _merge(self, topic: str) -> None:
-        """One topic's catch-up of its latest-value table, under the commit lock."""
+        """One topic's catch-up of its latest-value table, under the commit lock; nothing
+        when the log has had no commit since the table last caught up with it here."""
         started = time.monotonic()
+        change_feed = self.config.topic(topic).table_change_data_feed
+        view = log_view(topic_paths(self.config.lake_path, topic).log, self.config.storage)
+        at = None if view is None else (view.version, change_feed)
+        if at is not None and self._merged_at.get(topic) == at:
+            self._last_merge[topic] = time.monotonic()
+            return
         merged = catch_up(self.config.lake_path, topic, self.config.storage,
                           self.config.format(topic), generation=self.generations.get(topic),
                           erase_moved=self.config.cleaner.enable
                           and self.config.topic(topic).compact,
-                          change_feed=self.config.topic(topic).table_change_data_feed)
+                          change_feed=change_feed, written=self.written)
+        self.written.merged(topic, merged.merged_upto)
+        if at is not None:  # the lock held since the view: the catch-up read this version
+            self._merged_at[topic] = at
         for timing in self.timings:
             timing("merge", time.monotonic() - started)
         if merged.tombstones:

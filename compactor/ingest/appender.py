@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from compactor.ingest.rejected import RecordChecker
 from compactor.ingest.writer import PartitionPlan, RangeResult
+from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import WrittenFile, write_data_file
 from compactor.lake.layout import LOG_PARTITION_COLUMNS
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, no_tombstones
@@ -30,6 +31,7 @@ from compactor.lake.rejected import (
     rejection_kind,
 )
 from compactor.lake.segments import SegmentRoller, record_sizes
+from compactor.lake.written_records import RANGE_BYTES, WrittenRecords
 
 _FLUSH_BYTES = 64 * 1024 * 1024
 
@@ -77,6 +79,10 @@ class _Appender:
         self.rejected: list[pa.Table] = []
         self.tombstones: list[pa.Table] = []
         self.files: list[WrittenFile] = []
+        # What the log files get, for the next MERGE (compactor.lake.written_records); None
+        # once past RANGE_BYTES.
+        self.written: list[pa.Table] | None = []
+        self.written_bytes = 0
 
     def add(self, rows: pa.Table, sizes: Rows, stamps_ms: Rows) -> None:
         """Assign ``rows`` (past the committed offset, none of them rejected) to segments and
@@ -88,6 +94,12 @@ class _Appender:
                 plan.now_ms)
             if bad_rows is not None:
                 self.rejected.append(bad_rows)
+        if self.written is not None:
+            self.written_bytes += rows.nbytes
+            if self.written_bytes <= RANGE_BYTES:
+                self.written.append(rows)
+            else:
+                self.written = None
         offsets = rows.column("offset").to_numpy()
         segments = self.roller.assign_batch(offsets, stamps_ms, sizes)
         for segment in np.unique(segments).tolist():
@@ -113,10 +125,15 @@ class _Appender:
             self.files.append(write_data_file(
                 plan.rejected_path, "", table, int(record_sizes(table).sum()), "rejected",
                 storage=plan.storage))
-        rows = pa.concat_tables(self.tombstones) if self.tombstones else no_tombstones()
+        rows = _own(self.tombstones) if self.tombstones else no_tombstones()
+        written = None
+        if self.written is not None:
+            written = WrittenRecords(plan.topic, plan.partition, self.committed, plan.end - 1,
+                                     _own(self.written) if self.written
+                                     else KAFKA_SCHEMA.empty_table())
         return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(self.files),
                            WrittenTombstones(self.committed, plan.end - 1, rows),
-                           _rejections(plan.partition, self.rejected))
+                           _rejections(plan.partition, self.rejected), written)
 
     def _log_file(self, segment: int, buf: _SegmentBuffer) -> WrittenFile:
         plan = self.plan
@@ -127,6 +144,13 @@ class _Appender:
             buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
             storage=plan.storage,
         )
+
+
+def _own(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` (slices of a task's rows) as one table of its own buffers: a slice is
+    pickled with the whole buffers it points into, and the result goes to the driver."""
+    table = pa.concat_tables(tables)
+    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
 def _owned(owner: Rows, count: int) -> Iterator[tuple[int, int, int]]:

@@ -57,6 +57,7 @@ from compactor.lake.range_reader import WrittenTombstones
 from compactor.lake.rejected import Rejections
 from compactor.lake.segments import ActiveSegment
 from compactor.lake.storage import Storage, failure
+from compactor.lake.written_records import WrittenRecords
 from compactor.positions import INGEST, WRITER
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ class RangeResult:
     # decode the values again); None where the task kept none (another writer's task).
     tombstones: WrittenTombstones | None = None
     rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
+    # The records the log files hold, for the next MERGE (compactor.lake.written_records);
+    # None when too many to send back.
+    records: WrittenRecords | None = None
 
 
 LogStarts = Callable[[list[tuple[str, int]]], Mapping[tuple[str, int], int]]

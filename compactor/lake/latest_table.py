@@ -73,6 +73,7 @@ from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_
 from compactor.lake.segments import PartitionLog
 from compactor.lake.small_files import compact_small_files
 from compactor.lake.storage import Storage, failure
+from compactor.lake.written_records import WrittenLog
 from compactor.positions import RETAINED, TABLE
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,17 @@ def log_start(plog: PartitionLog) -> int | None:
     return None if plog.committed_offset is None else plog.committed_offset + 1
 
 
+def _kept(written: WrittenLog | None, topic: str, plog: PartitionLog, lo: int,
+          hi: int) -> pa.Table | None:
+    """Step 2 from the records kept in the driver (:mod:`compactor.lake.written_records`),
+    without those retention has removed since; None when they do not cover the range."""
+    rows = None if written is None else written.records(topic, plog.partition, lo, hi)
+    start = log_start(plog)
+    if rows is not None and start is not None and start > lo + 1:
+        rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
+    return rows
+
+
 def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], path: str,
                   topic: str, position: Callable[[str], int | None]) -> int:
     """Delete the rows whose record lies below its partition's log start; how many went.
@@ -232,14 +244,16 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
              formats: TopicFormat | None = None, now_ms: int = 0,
              generation: int | None = None, partitions: Collection[int] | None = None,
              max_records: int = 0, erase_moved: bool = False,
-             change_feed: bool = False) -> LatestStats:
+             change_feed: bool = False, written: WrittenLog | None = None) -> LatestStats:
     """Bring ``L/T/table`` up to what ``L/T/log`` holds (steps 1-4), under the caller's
     commit lock; ``generation`` is the run's writer generation of the log (fencing).
     ``partitions`` and ``max_records`` (offsets per partition, 0: all) bound one call's
     work: a rebuild catches up in steps of bounded memory. ``erase_moved``: drop from the log
     the values of keys whose tombstone is in another partition (a compacted topic whose
     cleaner runs; :mod:`compactor.lake.moved_keys`). ``change_feed``: the table keeps a Delta
-    change data feed (``table.change.data.feed``)."""
+    change data feed (``table.change.data.feed``). ``written``: the records this process's
+    micro-batches committed, read from there instead of the files where they cover a
+    partition's range."""
     paths = topic_paths(lake_path, topic)
     view = log_view(paths.log, storage)
     if view is None:
@@ -261,7 +275,9 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         hi = plog.committed_offset if max_records <= 0 else min(plog.committed_offset,
                                                                lo + max_records)
         ranges[partition] = (lo, hi)
-        rows = read_offsets(view.uri, plog, lo, hi, columns, storage)
+        rows = _kept(written, topic, plog, lo, hi)
+        if rows is None:
+            rows = read_offsets(view.uri, plog, lo, hi, columns, storage)
         if rows.num_rows:
             parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
     if not ranges:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from compactor.config import CompactorConfig, build_config, with_topic_configs
+from compactor.lake.latest_table import LatestStats, catch_up
 from compactor.lake.layout import topic_paths
+from streaming import query
 from streaming.query import Mirror, early_merge_s
 from tests.lake import append
 
@@ -64,3 +68,31 @@ def test_a_table_is_merged_early_between_batches_and_when_due_beside_one(tmp_pat
     mirror.in_batch = True
     mirror.merge_tables()
     assert (_rows(config, "a"), _rows(config, "b")) == (6, 6)
+
+
+def test_an_idle_topic_is_not_caught_up_again_until_its_log_has_a_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path)
+    now_ms = int(time.time() * 1000)
+    for topic in ("a", "b"):
+        append(config, topic, 0, [(o, b"k%d" % o, b"v", now_ms) for o in range(4)], now_ms)
+    caught_up: list[str] = []
+
+    def counted(lake_path: str, topic: str, *args: Any, **kwargs: Any) -> LatestStats:
+        caught_up.append(topic)
+        return catch_up(lake_path, topic, *args, **kwargs)
+
+    monkeypatch.setattr(query, "catch_up", counted)
+    mirror = Mirror(None, config)  # type: ignore[arg-type]  # the query is never started
+    mirror.merge_tables(force=True)
+    assert sorted(caught_up) == ["a", "b"] and (_rows(config, "a"), _rows(config, "b")) == (4, 4)
+
+    caught_up.clear()  # nothing committed to either log since: both skipped
+    mirror.merge_tables(force=True)
+    assert caught_up == []
+
+    append(config, "b", 0, [(4, b"k4", b"v", now_ms), (5, b"k0", None, now_ms)], now_ms)
+    mirror.merge_tables(force=True)  # only the topic whose log moved, and all of its records
+    assert caught_up == ["b"] and (_rows(config, "a"), _rows(config, "b")) == (4, 4)
+    assert sorted(DeltaTable(topic_paths(config.lake_path, "b").table).to_pyarrow_table()
+                  .column("key").to_pylist()) == [b"k1", b"k2", b"k3", b"k4"]

@@ -1,0 +1,98 @@
+"""The records a micro-batch just put in the log, kept in the driver for the next MERGE.
+
+The latest-value table's catch-up reads each partition's new records since its last MERGE
+(:mod:`compactor.lake.latest_table`, step 2). With many partitions and small batches those
+are many one-record files, and a Parquet file's footer costs more to read than its records.
+A write task therefore returns the records it wrote to the log with its range when they are
+few (:data:`RANGE_BYTES`), and the driver keeps them, after their commit only, until the
+table has merged them (:class:`WrittenLog`, at most :data:`KEPT_BYTES` in all). A catch-up
+takes them from here when they cover its whole range, and reads the files otherwise: after
+a restart, past the caps, or when a batch's records were not kept.
+
+The kept records are exactly the log's: the task hands over the rows it gave the segment
+files (offsets past the committed one, null keys of a compacted topic left out), and
+:meth:`WrittenLog.covers` demands a contiguous chain of committed ranges.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+RANGE_BYTES = 1024 * 1024  # a range's records above this are read from its files instead
+KEPT_BYTES = 64 * 1024 * 1024  # the driver's kept records, all topics
+
+
+@dataclass(frozen=True)
+class WrittenRecords:
+    """The records with ``after < offset <= upto`` of one partition, as its log holds them
+    (Spark's Kafka schema, ``partition`` included, in offset order)."""
+
+    topic: str
+    partition: int
+    after: int
+    upto: int
+    rows: pa.Table
+
+
+class WrittenLog:
+    """Per topic and partition, the chain of committed ranges whose records are kept."""
+
+    def __init__(self, kept_bytes: int = KEPT_BYTES) -> None:
+        self._kept_bytes = kept_bytes
+        self._lock = threading.Lock()  # batches add, the service loop's MERGEs take
+        # topic -> partition -> [(range, its rows' bytes)]
+        self._chains: dict[str, dict[int, list[tuple[WrittenRecords, int]]]] = {}
+        self._bytes = 0
+
+    def add(self, written: Iterable[WrittenRecords]) -> None:
+        """Keep ranges whose commit succeeded; a topic whose ranges no longer fit is dropped
+        (its next catch-up reads files, and keeping starts again after it)."""
+        with self._lock:
+            for w in written:
+                size = w.rows.nbytes
+                if self._bytes + size > self._kept_bytes:
+                    self._drop(w.topic)
+                    continue
+                chain = self._chains.setdefault(w.topic, {}).setdefault(w.partition, [])
+                if chain and chain[-1][0].upto != w.after:
+                    self._bytes -= sum(n for _, n in chain)
+                    chain.clear()  # not contiguous: what came before cannot be used
+                chain.append((w, size))
+                self._bytes += size
+
+    def records(self, topic: str, partition: int, after: int, upto: int) -> pa.Table | None:
+        """The records with ``after < offset <= upto`` when the kept chain covers them all;
+        None otherwise (read them from the log)."""
+        with self._lock:
+            chain = [w for w, _ in self._chains.get(topic, {}).get(partition, [])]
+        if not chain or chain[0].after > after or chain[-1].upto != upto:
+            return None
+        used = [w for w in chain if w.upto > after]
+        if not used:
+            return chain[-1].rows.slice(0, 0)
+        rows = pa.concat_tables([w.rows for w in used]) if len(used) > 1 else used[0].rows
+        if used[0].after >= after:
+            return rows  # a range starts where the table stands: nothing to leave out
+        return rows.filter(pc.greater(rows.column("offset"), after))
+
+    def merged(self, topic: str, upto: Mapping[int, int]) -> None:
+        """The table merged each partition up to ``upto``: ranges ending there go."""
+        with self._lock:
+            chains = self._chains.get(topic, {})
+            for partition, offset in upto.items():
+                chain = chains.get(partition, [])
+                while chain and chain[0][0].upto <= offset:
+                    self._bytes -= chain.pop(0)[1]
+
+    def kept_bytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def _drop(self, topic: str) -> None:
+        for chain in self._chains.pop(topic, {}).values():
+            self._bytes -= sum(n for _, n in chain)
