@@ -1,11 +1,12 @@
 """The long-running service behind ``compactor run``: the mirror query plus log maintenance.
 
 The mirror's micro-batches and the cleaner's passes share one commit lock, so no two commits
-of this process to the same log overlap. The cleaner runs every ``log.cleaner.backoff.ms``
-and right after each micro-batch commit, also when no new data arrives (deadlines are kept
-by the wall clock). With ``--once``, the mirror catches up and then passes run until nothing
-is due. ``log.cleaner.enable=false`` leaves retention and vacuum in the passes and takes
-compaction out, as the setting does in Kafka.
+of this process to the same log overlap. The cleaner looks at every topic every
+``log.cleaner.backoff.ms`` and when a deadline falls due, also when no new data arrives
+(deadlines are kept by the wall clock), and right after each micro-batch commit at the topics
+it wrote (:mod:`compactor.cleaner.schedule`). With ``--once``, the mirror catches up and
+then passes run until nothing is due. ``log.cleaner.enable=false`` leaves retention and
+vacuum in the passes and takes compaction out, as the setting does in Kafka.
 
 Stop protocol (Ctrl-C or SIGTERM):
 
@@ -21,6 +22,7 @@ A kill -9 at any moment is also safe (see :mod:`compactor.ingest.writer` and
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -32,6 +34,7 @@ from types import FrameType
 from typing import Any
 
 from compactor.cleaner.maintenance import LogMaintenance, PassReport
+from compactor.cleaner.schedule import PassSchedule
 from compactor.config import CompactorConfig, resolve_config
 from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
@@ -72,7 +75,7 @@ class Service:
             if warning:
                 log.warning("%s", warning)
         self._stop = threading.Event()
-        self._batch_done = threading.Event()
+        self._passes = PassSchedule(math.inf)  # the loop sets when every topic is due
         self.commit_lock = threading.Lock()
         self.native_heap = NativeHeapTrimmer()
 
@@ -153,7 +156,7 @@ class Service:
         self.native_heap.start(os.environ)  # before the session's threads allocate
         spark = build_session(self.config.spark)
         mirror = Mirror(spark, self.config, self.commit_lock)
-        mirror.listeners.append(lambda _id, _stats: self._batch_done.set())
+        mirror.listeners.append(lambda _id, stats: self._passes.on_batch(stats))
         if on_batch is not None:
             mirror.listeners.append(on_batch)
         cleaner = LogMaintenance(spark, self.config, self.commit_lock,
@@ -211,10 +214,12 @@ class Service:
                          topic, target, upto)
 
     def _loop(self, run: _Run, query: Any, once: bool) -> None:
-        """Until stopped, clean after each micro-batch and when a deadline is due, follow
-        the broker's topic configs (:mod:`compactor.config.follow`), and every 10 s give the
-        driver's freed native memory back (step 3; :mod:`compactor.ops.native_heap`)."""
-        next_clean = time.monotonic() + run.backoff_s
+        """Until stopped, clean after each micro-batch the topics it wrote and every topic
+        when a deadline is due (:mod:`compactor.cleaner.schedule`), follow the broker's topic
+        configs (:mod:`compactor.config.follow`), and every 10 s give the driver's freed
+        native memory back (step 3; :mod:`compactor.ops.native_heap`)."""
+        passes = self._passes
+        passes.next_full = time.monotonic() + run.backoff_s
         refresh_s = self.config.config_refresh_interval_ms / 1000
         next_refresh = time.monotonic() + refresh_s
         while query.isActive:
@@ -224,13 +229,13 @@ class Service:
             if refresh_s > 0 and time.monotonic() >= next_refresh:
                 next_refresh = time.monotonic() + refresh_s
                 if refresh_topic_configs(self.config):
-                    next_clean = time.monotonic()  # a pass under the new configs, now
+                    passes.everything_now()  # a pass under the new configs, now
             if self._stop.is_set() and not run.mirror.in_batch:
                 query.stop()
                 break
-            if not once and (self._batch_done.is_set() or time.monotonic() >= next_clean):
-                self._batch_done.clear()
-                next_clean = run.clean(until_idle=False)
+            topics = [] if once else passes.take(time.monotonic())
+            if topics != []:
+                passes.passed(topics is None, run.clean(until_idle=False, topics=topics))
                 continue
             run.mirror.merge_tables()  # beside a running batch too: it waits for its commit
             time.sleep(0.2)
@@ -282,9 +287,11 @@ class _Run:
     def backoff_s(self) -> float:
         return self.config.cleaner.backoff_ms / 1000
 
-    def clean(self, until_idle: bool) -> float:
-        """Run passes; returns when (monotonic) the next one is due."""
-        reports = self.cleaner.run_until_idle() if until_idle else [self.cleaner.run_pass()]
+    def clean(self, until_idle: bool, topics: list[str] | None = None) -> float:
+        """Run passes (over ``topics``, default all); returns when (monotonic) one of them
+        is next due."""
+        reports = (self.cleaner.run_until_idle() if until_idle
+                   else [self.cleaner.run_pass(topics)])
         for report in reports:
             self.summary.cleaning.add(report)
             log_pass_end(report)
@@ -294,7 +301,7 @@ class _Run:
             if self.on_pass is not None:
                 self.on_pass(report)
         wake = time.monotonic() + self.backoff_s
-        due_ms = self.cleaner.next_due_ms()
+        due_ms = self.cleaner.next_due_ms(topics=topics)
         if due_ms is not None:
             wake = min(wake, time.monotonic() + max(0.0, due_ms / 1000 - time.time()))
         return wake

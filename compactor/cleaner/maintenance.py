@@ -169,8 +169,10 @@ class LogMaintenance:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
         self.vacuum.note_removed(topic, now_ms)
 
-    def next_due_ms(self, now_ms: int | None = None) -> int | None:
-        """The earliest wall-clock time at which some work falls due, from the Delta log.
+    def next_due_ms(self, now_ms: int | None = None,
+                    topics: list[str] | None = None) -> int | None:
+        """The earliest wall-clock time at which some work of ``topics`` (default: all) or a
+        noted removal falls due, from the Delta log.
 
         The erasure deadline is planned backwards, so the service wakes at these instants
         rather than only every ``log.cleaner.backoff.ms``: an active segment's roll deadline,
@@ -178,7 +180,7 @@ class LogMaintenance:
         """
         now = int(time.time() * 1000) if now_ms is None else now_ms
         due = self.vacuum.wake_times(now)
-        for topic in self._config.topics:
+        for topic in self._config.topics if topics is None else topics:
             tc = self._config.topic(topic)
             if not (tc.compact and self._compaction):
                 continue
