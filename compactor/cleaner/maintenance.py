@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.cleaner import uncleanable
+from compactor.cleaner.allowance import AllowanceWatch
 from compactor.cleaner.cleanable import (
     CleanableRange,
     active_segment,
@@ -164,6 +165,7 @@ class LogMaintenance:
         self._vacuum_when_due = vacuum_when_due
         # This run's writer generation per topic (compactor.lake.fencing); empty: no fencing.
         self.generations: dict[str, int] = {}
+        self.allowance = AllowanceWatch(config)
 
     def note_removed(self, topic: str, now_ms: int | None = None) -> None:
         """Files of ``topic`` were removed now: wake up to vacuum them once the grace passes."""
@@ -318,6 +320,8 @@ class LogMaintenance:
                 if not self._vacuum_when_due or self.vacuum.is_due(topic, now_ms):
                     report.vacuumed += self.vacuum.run(topic, now_ms)
         report.seconds = time.monotonic() - started
+        if not dry_run:
+            self.allowance.check(chosen, report.seconds)
         return report
 
     def _execute(self, plans: list[CleanPlan]) -> list[CleanResult]:
