@@ -11,6 +11,7 @@ and the files are per partition. Tasks write files only; the driver commits them
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -95,7 +96,7 @@ class _Appender:
             if bad_rows is not None:
                 self.rejected.append(bad_rows)
         if self.written is not None:
-            self.written_bytes += rows.nbytes
+            self.written_bytes += int(sizes.sum())  # the records' own bytes: cheap to count
             if self.written_bytes <= RANGE_BYTES:
                 self.written.append(rows)
             else:
@@ -126,14 +127,9 @@ class _Appender:
                 plan.rejected_path, "", table, int(record_sizes(table).sum()), "rejected",
                 storage=plan.storage))
         rows = _own(self.tombstones) if self.tombstones else no_tombstones()
-        written = None
-        if self.written is not None:
-            written = WrittenRecords(plan.topic, plan.partition, self.committed, plan.end - 1,
-                                     _own(self.written) if self.written
-                                     else KAFKA_SCHEMA.empty_table())
         return RangeResult(plan.topic, plan.partition, plan.end - 1, tuple(self.files),
                            WrittenTombstones(self.committed, plan.end - 1, rows),
-                           _rejections(plan.partition, self.rejected), written)
+                           _rejections(plan.partition, self.rejected))
 
     def _log_file(self, segment: int, buf: _SegmentBuffer) -> WrittenFile:
         plan = self.plan
@@ -144,6 +140,19 @@ class _Appender:
             buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
             storage=plan.storage,
         )
+
+
+def _with_written(apps: Sequence[_Appender], results: list[RangeResult]) -> list[RangeResult]:
+    """``results`` with the records the appenders' ranges put in the log (those of at most
+    RANGE_BYTES), as one table carried by the first result (compactor.lake.written_records)."""
+    kept = [a for a in apps if a.written is not None]
+    if not kept or not results:
+        return results
+    tables = [t for a in kept for t in a.written or ()]
+    rows = pa.concat_tables(tables).combine_chunks() if tables else KAFKA_SCHEMA.empty_table()
+    ranges = tuple((a.plan.topic, a.plan.partition, a.committed, a.plan.end - 1,
+                    sum(t.num_rows for t in a.written or ())) for a in kept)
+    return [replace(results[0], records=WrittenRecords(rows, ranges)), *results[1:]]
 
 
 def _own(tables: list[pa.Table]) -> pa.Table:
@@ -214,7 +223,7 @@ def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> Ra
         if batch.num_rows:
             _feed([app], pa.Table.from_batches([batch]),
                   np.zeros(batch.num_rows, dtype=np.int64))
-    return app.result()
+    return _with_written([app], [app.result()])[0]
 
 
 def append_ranges(plans: Sequence[PartitionPlan],
@@ -226,4 +235,4 @@ def append_ranges(plans: Sequence[PartitionPlan],
     if sum(counts):
         table = pa.Table.from_batches([b for mine in batches for b in mine if b.num_rows])
         _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts))
-    return [app.result() for app in apps]
+    return _with_written(apps, [app.result() for app in apps])

@@ -94,8 +94,8 @@ class RangeResult:
     # decode the values again); None where the task kept none (another writer's task).
     tombstones: WrittenTombstones | None = None
     rejections: Rejections = field(default_factory=lambda: Rejections({}, None))
-    # The records the log files hold, for the next MERGE (compactor.lake.written_records);
-    # None when too many to send back.
+    # The records the task's ranges put in the log, for the next MERGE, carried by one of
+    # its results (compactor.lake.written_records); None on the others.
     records: WrittenRecords | None = None
 
 

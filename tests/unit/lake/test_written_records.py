@@ -6,6 +6,7 @@ records must leave the table exactly as one that reads the log's files.
 
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,13 @@ def _data_files(lake: Path) -> list[Path]:
     return [f for f in (lake / "t" / "log").rglob("*.parquet") if "_delta_log" not in f.parts]
 
 
-def _rows(partition: int, offsets: range) -> WrittenRecords:
-    return WrittenRecords("t", partition, offsets.start - 1, offsets.stop - 1, pa.Table.from_pylist(
-        [{"key": b"k%d" % o, "value": b"v", "topic": "t", "partition": partition, "offset": o,
-          "timestamp": NOW_MS * 1000, "timestampType": 0, "headers": []} for o in offsets],
-        schema=KAFKA_SCHEMA))
+def _rows(partition: int, offsets: range, topic: str = "t") -> WrittenRecords:
+    rows = pa.Table.from_pylist(
+        [{"key": b"k%d" % o, "value": b"v", "topic": topic, "partition": partition,
+          "offset": o, "timestamp": NOW_MS * 1000, "timestampType": 0, "headers": []}
+         for o in offsets], schema=KAFKA_SCHEMA)
+    return WrittenRecords(rows, ((topic, partition, offsets.start - 1, offsets.stop - 1,
+                                  len(offsets)),))
 
 
 def test_a_merge_from_kept_records_reads_no_log_file_and_equals_one_from_the_files(
@@ -88,13 +91,24 @@ def test_kept_records_are_used_only_for_a_whole_contiguous_range() -> None:
 
 
 def test_a_topic_past_the_cap_is_read_from_its_files_until_its_next_merge() -> None:
-    small, other = _rows(0, range(0, 2)), _rows(0, range(0, 2))
+    small = _rows(0, range(0, 2))
     kept = WrittenLog(kept_bytes=small.rows.nbytes * 3)
-    kept.add([small, _rows(0, range(2, 4))])
-    kept.add([WrittenRecords("u", 0, other.after, other.upto, other.rows)])
+    kept.add([small, _rows(0, range(2, 4)), _rows(0, range(0, 2), topic="u")])
     assert kept.records("t", 0, -1, 3) is not None
     kept.add([_rows(0, range(4, 6))])  # over the cap: the topic's records go
     assert kept.records("t", 0, -1, 5) is None and kept.records("u", 0, -1, 1) is not None
     kept.merged("t", {0: 5})
     kept.add([_rows(0, range(6, 8))])
     assert kept.records("t", 0, 5, 7).column("offset").to_pylist() == [6, 7]
+
+
+def test_a_tasks_ranges_travel_as_one_table_and_are_kept_range_by_range() -> None:
+    one, two = _rows(3, range(10, 13)), _rows(7, range(0, 1), topic="u")
+    bundle = WrittenRecords(pa.concat_tables([one.rows, two.rows]),
+                            (*one.ranges, *two.ranges))
+    sent = pickle.loads(pickle.dumps(bundle))
+    assert sent.rows.equals(bundle.rows) and sent.ranges == bundle.ranges
+    kept = WrittenLog()
+    kept.add([sent])
+    assert kept.records("t", 3, 9, 12).column("offset").to_pylist() == [10, 11, 12]
+    assert kept.records("u", 7, -1, 0).column("key").to_pylist() == [b"k0"]
