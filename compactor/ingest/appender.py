@@ -32,7 +32,7 @@ from compactor.lake.rejected import (
     rejection_kind,
 )
 from compactor.lake.segments import SegmentRoller, record_sizes
-from compactor.lake.written_records import RANGE_BYTES, WrittenRecords
+from compactor.lake.written_records import RANGE_BYTES, TASK_BYTES, WrittenRecords
 
 _FLUSH_BYTES = 64 * 1024 * 1024
 
@@ -144,8 +144,13 @@ class _Appender:
 
 def _with_written(apps: Sequence[_Appender], results: list[RangeResult]) -> list[RangeResult]:
     """``results`` with the records the appenders' ranges put in the log (those of at most
-    RANGE_BYTES), as one table carried by the first result (compactor.lake.written_records)."""
-    kept = [a for a in apps if a.written is not None]
+    RANGE_BYTES, up to TASK_BYTES in all), as one table carried by the first result
+    (compactor.lake.written_records)."""
+    kept, sent = [], 0
+    for app in apps:
+        if app.written is not None and sent + app.written_bytes <= TASK_BYTES:
+            kept.append(app)
+            sent += app.written_bytes
     if not kept or not results:
         return results
     tables = [t for a in kept for t in a.written or ()]

@@ -4,7 +4,8 @@ The latest-value table's catch-up reads each partition's new records since its l
 (:mod:`compactor.lake.latest_table`, step 2). With many partitions and small batches those
 are many one-record files, and a Parquet file's footer costs more to read than its records.
 A write task therefore returns the records it wrote to the log with its results, one
-table for all its ranges of at most :data:`RANGE_BYTES` each, and the driver keeps them,
+table for its ranges of at most :data:`RANGE_BYTES` each (up to :data:`TASK_BYTES` a task:
+a busy topic's records are not all copied to the driver), and the driver keeps them,
 after their commit only, until the table has merged them (:class:`WrittenLog`, at most
 :data:`KEPT_BYTES` in all). A catch-up takes a partition's range from here when the kept
 ranges cover all of it, and reads the files otherwise: after a restart, past the caps, or
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 RANGE_BYTES = 1024 * 1024  # a range's records above this are read from its files instead
+TASK_BYTES = 4 * 1024 * 1024  # what one write task sends at most, its first ranges' records
 KEPT_BYTES = 64 * 1024 * 1024  # the driver's kept records, all topics
 
 

@@ -9,12 +9,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from compactor.formats import TopicFormat
+from compactor.ingest import appender
 from compactor.ingest.appender import append_batches, append_ranges
 from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.schema import KAFKA_SCHEMA
-from compactor.lake.segments import ActiveSegment
+from compactor.lake.segments import ActiveSegment, record_sizes
 from compactor.lake.storage import Storage
 
 NOW = 1_700_000_000_000
@@ -110,3 +112,32 @@ def test_a_batch_at_a_time_writes_the_files_of_one_batch(tmp_path: Path) -> None
                            [whole.slice(0, 13), whole.slice(13, 20), whole.slice(33)])
     assert _described([split]) == _described([one])
     assert _files(tmp_path / "split") == _files(tmp_path / "one")
+
+
+def test_a_task_sends_the_records_its_log_files_got_within_its_bounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plans, batches = _cases(tmp_path / "all")
+    results = append_ranges(plans, batches)
+    bundle = results[0].records
+    assert bundle is not None and all(r.records is None for r in results[1:])
+    for topic, partition, after, upto, rows in bundle.parts():  # exactly what the log holds
+        files = tmp_path / "all" / topic / "log" / f"partition={partition}"
+        if not files.exists():  # the empty range
+            assert rows.num_rows == 0
+            continue
+        logged = pq.read_table(files)
+        kept = sorted((o, k, v) for o, k, v in zip(*(logged.column(c).to_pylist()
+                                               for c in ("offset", "key", "value")),
+                                                    strict=True) if after < o <= upto)
+        assert rows.select(["offset", "key", "value"]).to_pylist() == [
+            {"offset": o, "key": k, "value": v} for o, k, v in kept]
+
+    sizes = [(p.partition, sum(r.nbytes for r in b)) for p, b in zip(plans, batches,
+                                                                      strict=True)]
+    monkeypatch.setattr(appender, "RANGE_BYTES", sorted(n for _, n in sizes)[len(sizes) // 2])
+    monkeypatch.setattr(appender, "TASK_BYTES", 3 * appender.RANGE_BYTES)
+    plans, batches = _cases(tmp_path / "bounded")
+    bundle = append_ranges(plans, batches)[0].records
+    assert bundle is not None
+    sent = sum(record_sizes(bundle.rows))
+    assert 0 < sent <= appender.TASK_BYTES and len(bundle.ranges) < len(plans)
