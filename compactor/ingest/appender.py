@@ -146,17 +146,18 @@ def _with_written(apps: Sequence[_Appender], results: list[RangeResult]) -> list
     """``results`` with the records the appenders' ranges put in the log (those of at most
     RANGE_BYTES, up to TASK_BYTES in all), as one table carried by the first result
     (compactor.lake.written_records)."""
-    kept, sent = [], 0
+    kept: list[tuple[_Appender, list[pa.Table]]] = []
+    sent = 0
     for app in apps:
         if app.written is not None and sent + app.written_bytes <= TASK_BYTES:
-            kept.append(app)
+            kept.append((app, app.written))
             sent += app.written_bytes
     if not kept or not results:
         return results
-    tables = [t for a in kept for t in a.written or ()]
+    tables = [t for _, written in kept for t in written]
     rows = pa.concat_tables(tables).combine_chunks() if tables else KAFKA_SCHEMA.empty_table()
     ranges = tuple((a.plan.topic, a.plan.partition, a.committed, a.plan.end - 1,
-                    sum(t.num_rows for t in a.written or ())) for a in kept)
+                    sum(t.num_rows for t in written)) for a, written in kept)
     return [replace(results[0], records=WrittenRecords(rows, ranges)), *results[1:]]
 
 
