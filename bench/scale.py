@@ -12,7 +12,9 @@ plan, write, commit, tombstone readers, table), the end-to-end lag at the end an
 seen every 10 s (offsets the broker has that the lake does not), the driver's resident
 memory, the most data files in a closed segment, and how long the metrics page and
 ``compactor status --json`` take to answer at the end, with each time's ratio to the first
-case's. Prints figures and ratios, never asserts: it is not a test.
+case's; and the cores the broker and the driver process kept busy while measured (the broker
+shares the machine's cores with the mirror here, as it would not in production). Prints
+figures and ratios, never asserts: it is not a test.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from soak_probes import lake_files, memory_mb  # noqa: E402
 from soak_producer import mirror_config  # noqa: E402
 from workloads import BROKERS, create_topic, start_broker  # noqa: E402
 
-from compactor.demo.workload import Record, partition_for, produce  # noqa: E402
+from compactor.demo.workload import partition_for  # noqa: E402
 from compactor.kafka.broker_offsets import OffsetReader  # noqa: E402
+from compactor.kafka.clients import with_logger  # noqa: E402
 from streaming.service import Service  # noqa: E402
 
 DEFAULT_CASES = "4x1,200x1,1000x1,20x50"
@@ -50,19 +55,21 @@ STEPS = ("ranges", "plan", "write", "verify", "wait", "commit", "readers", "tabl
 
 def _produce(bootstrap: str, topics: list[str], partitions: int, rate: int,
              stop: Any) -> None:
-    """``rate`` records a second over every partition of ``topics``, sent once a second."""
+    """``rate`` records a second over every partition of ``topics``, sent once a second by
+    one producer kept for the run, as an application's producer is."""
+    producer = Producer(with_logger({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                                     "enable.idempotence": False}))
     i = 0
     while not stop.is_set():
         tick = time.monotonic()
-        by_topic: dict[str, list[Record]] = {t: [] for t in topics}
         for _ in range(rate):
             key = b"user-%07d" % (i * 7919 % 1_000_003)
-            topic = topics[i % len(topics)]
-            by_topic[topic].append(Record(key, b"v" * 100, partition_for(key, partitions)))
+            producer.produce(topics[i % len(topics)], key=key, value=b"v" * 100,
+                             partition=partition_for(key, partitions))
             i += 1
-        for topic, records in by_topic.items():
-            if records:
-                produce(bootstrap, topic, records)
+        producer.poll(0)
+        if producer.flush(60) > 0:
+            raise RuntimeError(f"could not deliver records to {bootstrap} within 60 s")
         stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
 
 
@@ -100,8 +107,18 @@ class _BatchTimes(logging.Handler):
             self.steps.append(steps)
 
 
-def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds a process has used (Linux's /proc; NaN where that cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(broker: Any, work: Path, partitions: int, topics: int,
              args: argparse.Namespace) -> dict[str, float]:
+    bootstrap = broker.bootstrap_servers
     names = [f"scale-{partitions}x{topics}-{i}" for i in range(topics)]
     for name in names:
         create_topic(bootstrap, name, partitions, cleanup_policy="compact")
@@ -128,6 +145,7 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         while not times.times and time.monotonic() < deadline and thread.is_alive():
             time.sleep(0.2)
         first = len(times.times)
+        cpu_from = (cpu_s(broker.pid), cpu_s(os.getpid()), time.monotonic())
         tps = [(t, p) for t in names for p in range(partitions)]
         reader = OffsetReader({"bootstrap.servers": bootstrap})
         lags: list[float] = []  # sampled every 10 s: a lag that keeps growing is not held
@@ -137,6 +155,9 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
             ends = reader.offsets(tps, "latest")
             lags.append(sum(lake_files(work / "lake", t, ends)["lag"] for t in names))
         measured = times.times[first:]
+        took = time.monotonic() - cpu_from[2]
+        broker_cpu = (cpu_s(broker.pid) - cpu_from[0]) / took
+        driver_cpu = (cpu_s(os.getpid()) - cpu_from[1]) / took
         steps = times.steps[first:]
         ends = reader.offsets(tps, "latest")
         lake = [lake_files(work / "lake", t, ends) for t in names]
@@ -158,6 +179,8 @@ def run_case(bootstrap: str, work: Path, partitions: int, topics: int,
         "lag": sum(f["lag"] for f in lake),
         "most lag": max(lags, default=float("nan")),
         "driver MB": memory["driver MB"],
+        "broker cpu": broker_cpu,
+        "driver cpu": driver_cpu,
         "files/closed segment": max(f.get("most files/closed segment", 0) for f in lake),
         **answers,
         **where,
@@ -193,9 +216,8 @@ def main() -> None:
         for partitions, topics in cases:
             label = f"{topics} topic{'s' if topics > 1 else ''} x {partitions} partitions"
             print(f"{label} ...", flush=True)
-            results.append((label, run_case(broker.bootstrap_servers,
-                                            work / f"{partitions}x{topics}", partitions,
-                                            topics, args)))
+            results.append((label, run_case(broker, work / f"{partitions}x{topics}",
+                                            partitions, topics, args)))
     base = results[0][1]["median s"]
     print(f"\n{args.rate} records/s in all, trigger {args.trigger_ms} ms, {args.seconds:.0f} s "
           f"measured per case, broker {args.broker}; work dir {work}; "
@@ -208,10 +230,12 @@ def main() -> None:
               f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
               f"{r['most lag']:>9.0f}{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}"
               f"{r['metrics s']:>11.2f}{r['status s']:>10.2f}")
-    print(f"\nmedian seconds of each step of a micro-batch\n{'case':<32}"
-          + "".join(f"{s:>9}" for s in STEPS))
+    print(f"\nmedian seconds of each step of a micro-batch; cores the broker and the driver "
+          f"process kept busy\n{'case':<32}" + "".join(f"{s:>9}" for s in STEPS)
+          + f"{'broker':>9}{'driver':>9}")
     for label, r in results:
-        print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}" for s in STEPS))
+        print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}" for s in STEPS)
+              + f"{r['broker cpu']:>9.2f}{r['driver cpu']:>9.2f}")
 
 
 if __name__ == "__main__":

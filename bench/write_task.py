@@ -32,6 +32,7 @@ from workloads import BROKERS, create_topic, start_broker  # noqa: E402
 from compactor.config import build_config, resolve_config  # noqa: E402
 from compactor.demo.workload import Record, produce  # noqa: E402
 from compactor.ingest.writer import commit_ranges, plan_ranges  # noqa: E402
+from compactor.kafka.consumer_cache import close_kept  # noqa: E402
 from streaming.consumer import write_ranges  # noqa: E402
 
 WARM_UP = 2
@@ -90,6 +91,7 @@ def main() -> None:
             first = first or write_s
             print(f"{partitions:>10} {write_s:>7.3f}s {write_s / partitions * 1000:>11.2f} ms "
                   f"{write_s / first:>5.1f}x {commit_s:>7.3f}s", flush=True)
+        close_kept()  # the kept consumer would retry the stopped broker
     if profile is not None:
         print(f"\nmost time, {args.profile} partitions (all counted rounds):")
         pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(15)

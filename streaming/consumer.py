@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from compactor.exceptions import BrokerUnavailableError, DataLossError
 from compactor.ingest.appender import append_batches, append_ranges
 from compactor.ingest.writer import PartitionPlan, RangeResult
-from compactor.kafka.clients import assigned_consumer
+from compactor.kafka.consumer_cache import borrowed_consumer
 from compactor.kafka.schema import HEADERS_TYPE, KAFKA_SCHEMA, TIMESTAMP_TYPE
 
 # librdkafka timestamp types -> Spark's timestampType (0 CreateTime, 1 LogAppendTime).
@@ -192,8 +192,7 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
     # they are all there instead of waiting out its timeout for a full batch.
     lacking = {i: ranges[i][3] - ranges[i][2] for i in todo.values()}
     wanted = sum(lacking.values())
-    consumer = assigned_consumer(client_config)
-    try:
+    with borrowed_consumer(client_config) as consumer:
         consumer.assign([TopicPartition(t, p, ranges[i][2]) for (t, p), i in todo.items()])
         deadline = time.monotonic() + poll_timeout_ms / 1000
         while todo:
@@ -223,8 +222,6 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                     finished.append(TopicPartition(topic, partition))
             if finished and todo:  # one call for every range this consume() finished
                 consumer.incremental_unassign(finished)
-    finally:
-        consumer.close()
 
 
 def _by_partition(messages: list[Message], ours: set[tuple[str, int]],
@@ -257,6 +254,9 @@ def _take(messages: list[Message], topic: str, partition: int, start: int, end: 
     failed = next(i for i, e in enumerate(errors) if e is not None) if any(errors) else None
     records = messages if failed is None else messages[:failed]
     offsets = np.fromiter(map(Message.offset, records), np.int64, len(records))
+    if len(records) and offsets[0] < start:  # fetched for an earlier read of a kept consumer
+        skip = int(np.searchsorted(offsets, start))
+        records, offsets = records[skip:], offsets[skip:]
     done = len(records) > 0 and int(offsets[-1]) >= end - 1
     if done:  # offsets rise within a partition: cut after the last one below end
         keep = int(np.searchsorted(offsets, end))

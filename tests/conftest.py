@@ -198,6 +198,9 @@ def broker(request: pytest.FixtureRequest,
 
     with EmbeddedBroker(tmp_path_factory.mktemp("broker") / "tansu.log") as b:
         yield b
+        from compactor.kafka.consumer_cache import close_kept
+
+        close_kept()
 
 
 @pytest.fixture(scope="session")
@@ -207,6 +210,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with KafkaBroker(tmp_path_factory.mktemp("kafka")) as b:
         yield b
+        from compactor.kafka.consumer_cache import close_kept
+
+        close_kept()  # this process's kept consumer, before its broker stops
 
 
 @pytest.fixture(scope="session")

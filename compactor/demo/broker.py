@@ -51,6 +51,11 @@ class EmbeddedBroker:
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (benchmarks read its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self, timeout_s: float = 30.0) -> EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ cleaner and retention are set to run within a second, so tests can watch Kafka's
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -52,6 +53,15 @@ def _fetch(libs: Path) -> None:
     (staging / ".complete").write_text(kafka_version())
     shutil.rmtree(libs, ignore_errors=True)
     staging.rename(libs)
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id that does not start with "-": the storage tool would read
+    such an id as an option (Kafka's own Uuid.randomUuid skips them for the same reason)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _free_port() -> int:
@@ -135,14 +145,16 @@ class KafkaBroker:
                 f"-Dkafka.logs.dir={self.workdir / 'logs'}",
                 "-cp", f"{kafka_libs()}/*", main, *args]
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (benchmarks read its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self, timeout_s: float = 120.0) -> KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._properties()
         if not (self.log_dir / "meta.properties").exists():
-            cluster = uuid.uuid4().bytes
-            import base64
-
-            cluster_id = base64.urlsafe_b64encode(cluster).decode().rstrip("=")
+            cluster_id = _cluster_id()
             subprocess.run(self._command("kafka.tools.StorageTool", "format", "-t", cluster_id,
                                          "-c", str(config)),
                            check=True, capture_output=True, timeout=120)

@@ -38,3 +38,36 @@ def test_a_range_past_its_partitions_end_is_data_loss_naming_it(
     got = consume_ranges(conf, [(topic, 0, 0, 5), (topic, 1, 0, 9)], poll_timeout_ms=30_000,
                          fail_on_data_loss=False)
     assert [_offsets(b) for b in got] == [list(range(5)), list(range(5))]
+
+
+def test_a_kept_consumer_reads_each_range_exactly_whatever_it_read_before(
+        broker: Any, topic_factory: Any) -> None:
+    """Reads after the first borrow the process's kept consumer (compactor.kafka.consumer_cache):
+    what it fetched for one read never shows in the next, backwards or forwards."""
+    from compactor.kafka import consumer_cache
+
+    topic = topic_factory(2)
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"k%d" % i, b"v%d" % i, i % 2) for i in range(80)])
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    consumer_cache.close_kept()
+    assert [_offsets(b) for b in consume_ranges(conf, [(topic, 0, 10, 40), (topic, 1, 0, 3)],
+                                                poll_timeout_ms=30_000)] == [
+        list(range(10, 40)), [0, 1, 2]]
+    kept = consumer_cache._kept
+    assert kept is not None
+    assert [_offsets(b) for b in consume_ranges(conf, [(topic, 0, 0, 5), (topic, 1, 30, 40)],
+                                                poll_timeout_ms=30_000)] == [
+        list(range(5)), list(range(30, 40))]
+    assert consumer_cache._kept is not None and consumer_cache._kept[1] is kept[1]
+    produce(broker.bootstrap_servers, topic,
+            [Record(b"k%d" % i, b"w%d" % i, 1) for i in range(10)])
+    got = consume_ranges(conf, [(topic, 1, 38, 50)], poll_timeout_ms=30_000)
+    assert _offsets(got[0]) == list(range(38, 50))
+    assert got[0][-1].column("value").to_pylist()[-1] == b"w9"
+    # A read left half-way closes the consumer instead of keeping what it fetched.
+    reader = consume_range(conf, topic, 0, 0, 40, 30_000)
+    next(reader)
+    reader.close()
+    assert consumer_cache._kept is None
+    assert _offsets(list(consume_range(conf, topic, 0, 39, 40, 30_000))) == [39]
