@@ -29,6 +29,8 @@ from compactor.lake.storage import Storage
 # again for a few new files.
 ACTIVE_MERGE_FILES = 16
 ACTIVE_SMALL_BYTES = 8 * 1024 * 1024
+# Batches read from a run's files are written on once this many bytes have gathered.
+WRITE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,30 @@ def merge_run(log_path: str, partition: int, run: MergeRun, storage: Storage,
         log_path, f"partition={partition}/segment={run.segment}", "log",
         {"partition": str(partition), "segment": str(run.segment)}, storage=storage,
     )
+    pending: list[pa.RecordBatch] = []
+    pending_bytes = 0
+
+    def flush() -> None:
+        nonlocal pending_bytes
+        table = pa.Table.from_batches(pending).combine_chunks()
+        builder.write(table, int(record_sizes(table.to_batches()[0]).sum()))
+        pending.clear()
+        pending_bytes = 0
+
     try:
+        # Small files' batches are written together: a write per batch made a row group (and
+        # counted sizes and statistics) per micro-batch file.
         for f in run.files:
             for batch in batches(f):
-                builder.write(batch, int(record_sizes(batch).sum()))
+                if pending and batch.schema != pending[0].schema:
+                    flush()
+                if batch.num_rows:
+                    pending.append(batch)
+                    pending_bytes += batch.nbytes
+                if pending_bytes >= WRITE_BYTES:
+                    flush()
+        if pending:
+            flush()
         added = builder.close()
     except BaseException:
         builder.abort()

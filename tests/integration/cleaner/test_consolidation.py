@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from compactor.cleaner.consolidation import ACTIVE_MERGE_FILES
 from compactor.cleaner.maintenance import LogMaintenance, PassReport
 from compactor.cleaner.partition_cleaner import clean_partition
-from compactor.lake.layout import topic_paths
+from compactor.lake.layout import record_bytes_of, topic_paths
 from compactor.ops.status import collect_status
 from tests.lake import append, offline_config
 
@@ -22,6 +23,13 @@ def _files_per_segment(config, topic: str) -> dict[int, int]:
     actions = DeltaTable(topic_paths(config.lake_path, topic).log).get_add_actions(flatten=True)
     segments = [int(s) for s in actions.column("partition.segment").to_pylist()]
     return {s: segments.count(s) for s in sorted(set(segments))}
+
+
+def _segment_files(config, topic: str, segment: int) -> list[str]:
+    actions = DeltaTable(topic_paths(config.lake_path, topic).log).get_add_actions(flatten=True)
+    return [p for p, s in zip(actions.column("path").to_pylist(),
+                              actions.column("partition.segment").to_pylist(), strict=True)
+            if int(s) == segment]
 
 
 def _rows(config, topic: str) -> list[dict]:
@@ -41,11 +49,16 @@ def test_a_rolled_segment_becomes_one_file_with_every_record_unchanged(
     append(config, "t", 0, [(50, b"late", b"v", T0 + 120_000)], now_ms=T0 + 120_000)  # rolls
     assert _files_per_segment(config, "t") == {0: 5, 50: 1}
     before = _rows(config, "t")
+    record_bytes = sum(record_bytes_of(p, 0) for p in _segment_files(config, "t", 0))
 
     report = LogMaintenance(None, config).run_pass(now_ms=T0 + 121_000)
     [outcome] = report.cleaned
     assert outcome.result is not None and outcome.result.stats.files_merged == 5
     assert _files_per_segment(config, "t") == {0: 1, 50: 1}
+    [merged] = _segment_files(config, "t", 0)
+    assert record_bytes_of(merged, 0) == record_bytes  # the name counts every record's bytes
+    log_dir = Path(topic_paths(config.lake_path, "t").log)
+    assert pq.ParquetFile(log_dir / merged).num_row_groups == 1  # not one per replaced file
     assert _rows(config, "t") == before  # offsets, timestamps, headers, values: the same
 
     log = Path(topic_paths(config.lake_path, "t").log) / "_delta_log"
