@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from compactor.exceptions import LakeError
 from compactor.lake.app_transactions import position_lookup
-from compactor.lake.commit_files import Overtaken, check_not_overtaken, read_commit
+from compactor.lake.commit_files import Overtaken, OvertakenCheck, read_commit
 from compactor.lake.layout import join, open_table
 from compactor.lake.storage import Storage
 from compactor.positions import LEDGER, PRUNED_LATE
@@ -311,6 +311,7 @@ class BacklogFollower:
     def __init__(self, uri: str, storage: Storage, targets: list[str]) -> None:
         self.uri = uri
         self._storage = storage
+        self._overtaken = OvertakenCheck(self.uri, storage)
         self._targets = targets
         self._lock = threading.Lock()
         self._state: BacklogState | None = None
@@ -368,7 +369,7 @@ class BacklogFollower:
         while True:
             actions = read_commit(self.uri, self._storage, self._version + 1)
             if actions is None:
-                check_not_overtaken(self.uri, self._storage, self._version)
+                self._overtaken(self._version)
                 return
             scanned: list[tuple[int, int]] = []
             for action in actions:

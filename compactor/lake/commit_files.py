@@ -69,18 +69,50 @@ def is_newest(uri: str, storage: Storage, version: int) -> bool:
     return there(version) and not there(version + 1)
 
 
+def _file_info(uri: str, storage: Storage, name: str) -> pafs.FileInfo:
+    """``_delta_log/<name>``'s file information (its type NotFound when missing)."""
+    fs, path = storage.filesystem(join(uri, "_delta_log", name))
+    try:
+        return fs.get_file_info(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot look up {name} of the Delta log {uri}: {exc}") from exc
+
+
+class OvertakenCheck:
+    """:func:`check_not_overtaken` for one table, looked at again and again: a follower finds
+    no new commit most times it looks. ``_last_checkpoint`` is read again only when its
+    modification time or size changed, and the known version's commit is only looked up."""
+
+    def __init__(self, uri: str, storage: Storage) -> None:
+        self.uri = uri
+        self._storage = storage
+        self._stamp: tuple[int, int] | None = None  # _last_checkpoint's (mtime ns, size)
+        self._last: int | None = None
+
+    def __call__(self, version: int) -> None:
+        info = _file_info(self.uri, self._storage, "_last_checkpoint")
+        if info.type == pafs.FileType.NotFound:
+            self._stamp, last = None, None
+        else:
+            stamp = (info.mtime_ns, info.size) if info.mtime_ns is not None else None
+            if stamp is None or stamp != self._stamp:
+                text = read_log_file(self.uri, self._storage, "_last_checkpoint")
+                self._last = int(json.loads(text)["version"]) if text else None
+                self._stamp = stamp if text else None
+            last = self._last
+        if last is not None and last > version:
+            raise Overtaken
+        if (last is None or last < version) and version >= 0 and _file_info(
+                self.uri, self._storage, f"{version:020d}.json").type == pafs.FileType.NotFound:
+            raise Overtaken
+
+
 def check_not_overtaken(uri: str, storage: Storage, version: int) -> None:
     """Raise :class:`Overtaken` when the next commit after ``version`` is missing because the
     log moved past it: ``_last_checkpoint`` names a later version (log cleanup removed commits
     never read), or ``version``'s own commit file is gone while no checkpoint covers it (the
     table was deleted and recreated)."""
-    checkpoint = read_log_file(uri, storage, "_last_checkpoint")
-    last = int(json.loads(checkpoint)["version"]) if checkpoint else None
-    if last is not None and last > version:
-        raise Overtaken
-    if (last is None or last < version) and version >= 0 \
-            and read_log_file(uri, storage, f"{version:020d}.json") is None:
-        raise Overtaken
+    OvertakenCheck(uri, storage)(version)
 
 
 class Conflict(LakeError):

@@ -53,7 +53,7 @@ from compactor.lake.app_transactions import app_transactions
 from compactor.lake.commit_files import (
     Conflict,
     Overtaken,
-    check_not_overtaken,
+    OvertakenCheck,
     link,
     put_if_absent,
     read_commit,
@@ -96,6 +96,7 @@ class LogFollower:
     def __init__(self, uri: str, storage: Storage) -> None:
         self.uri = uri
         self._storage = storage
+        self._overtaken = OvertakenCheck(uri, storage)
         self._lock = threading.Lock()
         self._base: DeltaTable | None = None
         self.base_opened_at = -1  # the version self._base was opened at: for tests, benchmarks
@@ -328,7 +329,7 @@ class LogFollower:
         while True:
             actions = read_commit(self.uri, self._storage, self._version + 1)
             if actions is None:
-                check_not_overtaken(self.uri, self._storage, self._version)
+                self._overtaken(self._version)
                 return
             for action in actions:
                 self._apply(action)

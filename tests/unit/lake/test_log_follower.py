@@ -10,6 +10,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -120,7 +121,36 @@ def test_a_replaced_table_or_missed_commits_start_over_from_a_full_read(tmp_path
     _same_as_a_full_read(follower, root)
     assert follower.full_loads == 3
 
+    # Again, the follower having seen a _last_checkpoint: the newer one is read, not the old.
+    for n in range(3, 5):
+        _commit(root, [_file(root, 0, 10 * n, range(10 * n, 10 * n + 2))],
+                txns=[INGEST.moved_to(10 * n + 1, 0)])
+    DeltaTable(root).create_checkpoint()
+    for name in sorted(os.listdir(log_dir)):
+        if name.endswith(".json") and int(name[:20]) < DeltaTable(root).version():
+            (log_dir / name).unlink()
+    _same_as_a_full_read(follower, root)
+    assert follower.full_loads == 4
 
+
+def test_a_look_without_new_commits_reads_no_file(tmp_path: Path, monkeypatch: Any) -> None:
+    """Most looks find nothing new: past the next commit's name (looked up, missing), they
+    only look files up, the unchanged _last_checkpoint included (read again once changed)."""
+    from compactor.lake import commit_files
+
+    root = str(tmp_path / "log")
+    ensure_table(root, LOG_SCHEMA, LOG_PARTITION_COLUMNS, storage=LOCAL)
+    _commit(root, [_file(root, 0, 0, range(0, 2))], txns=[INGEST.moved_to(1, 0)])
+    DeltaTable(root).create_checkpoint()
+    follower = LogFollower(root, LOCAL)
+    follower.view()
+    reads: list[str] = []
+    real = commit_files.read_log_file
+    monkeypatch.setattr(commit_files, "read_log_file",
+                        lambda uri, storage, name: reads.append(name) or real(uri, storage, name))
+    for _ in range(5):
+        follower.view()
+    assert reads == [f"{DeltaTable(root).version() + 1:020d}.json"] * 5
 def test_positions_for_a_commit_are_those_of_the_table_it_commits_to(tmp_path: Path) -> None:
     """The ingest commit checks the positions (another writer, a newer run) in the follower,
     not by a delta-rs lookup: they must be the committed ones, a commit by someone else too."""
