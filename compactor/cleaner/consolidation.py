@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
-from compactor.lake.segments import DataFile, Segment, record_sizes
+from compactor.lake.segments import DataFile, Segment
 from compactor.lake.storage import Storage
 
 # The active segment is merged once it holds this many files smaller than ACTIVE_SMALL_BYTES;
@@ -29,8 +29,6 @@ from compactor.lake.storage import Storage
 # again for a few new files.
 ACTIVE_MERGE_FILES = 16
 ACTIVE_SMALL_BYTES = 8 * 1024 * 1024
-# Batches read from a run's files are written on once this many bytes have gathered.
-WRITE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,30 +69,10 @@ def merge_run(log_path: str, partition: int, run: MergeRun, storage: Storage,
         log_path, f"partition={partition}/segment={run.segment}", "log",
         {"partition": str(partition), "segment": str(run.segment)}, storage=storage,
     )
-    pending: list[pa.RecordBatch] = []
-    pending_bytes = 0
-
-    def flush() -> None:
-        nonlocal pending_bytes
-        table = pa.Table.from_batches(pending).combine_chunks()
-        builder.write(table, int(record_sizes(table.to_batches()[0]).sum()))
-        pending.clear()
-        pending_bytes = 0
-
     try:
-        # Small files' batches are written together: a write per batch made a row group (and
-        # counted sizes and statistics) per micro-batch file.
         for f in run.files:
             for batch in batches(f):
-                if pending and batch.schema != pending[0].schema:
-                    flush()
-                if batch.num_rows:
-                    pending.append(batch)
-                    pending_bytes += batch.nbytes
-                if pending_bytes >= WRITE_BYTES:
-                    flush()
-        if pending:
-            flush()
+                builder.write(batch)
         added = builder.close()
     except BaseException:
         builder.abort()

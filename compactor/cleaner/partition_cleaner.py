@@ -43,7 +43,7 @@ from compactor.cleaner.offset_map import OffsetMap, digests
 from compactor.lake import operations
 from compactor.lake.datafiles import DataFileBuilder, WrittenFile
 from compactor.lake.range_reader import file_batches
-from compactor.lake.segments import DataFile, Segment, record_sizes
+from compactor.lake.segments import DataFile, Segment
 from compactor.lake.storage import Storage
 
 _MAP_COLUMNS = ["key", "offset"]
@@ -302,7 +302,7 @@ def _write_kept(builder: DataFileBuilder, batch: pa.RecordBatch, keep: np.ndarra
         batch = batch.set_column(column, "deleteHorizonMs", stamped)
     kept = batch.filter(pa.array(keep))
     if kept.num_rows:
-        builder.write(kept, int(record_sizes(kept).sum()))
+        builder.write(kept)
         throttle.add(kept.nbytes)
 
 

@@ -20,7 +20,7 @@ Protocol of :meth:`BacklogFollower.backlog` (under its lock):
 3. Count the backlog from the state: pending erasures, the oldest one's age, and deadlines
    missed (finished late, or pending past the deadline).
 4. Start over at step 1 when the log moved past us or the table was replaced
-   (:func:`compactor.lake.commit_files.check_not_overtaken`), or a commit removed events (the
+   (:class:`compactor.lake.commit_files.OvertakenCheck`), or a commit removed events (the
    ledger's retention, :mod:`compactor.erasure.ledger_retention`; its DELETE also adds the
    rewritten files' surviving events, which must not be counted twice).
 

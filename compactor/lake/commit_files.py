@@ -79,9 +79,14 @@ def _file_info(uri: str, storage: Storage, name: str) -> pafs.FileInfo:
 
 
 class OvertakenCheck:
-    """:func:`check_not_overtaken` for one table, looked at again and again: a follower finds
-    no new commit most times it looks. ``_last_checkpoint`` is read again only when its
-    modification time or size changed, and the known version's commit is only looked up."""
+    """Called with the version a follower knows when the next commit file is missing:
+    raises :class:`Overtaken` when that is because the log moved past it (``_last_checkpoint``
+    names a later version: log cleanup removed commits never read), or the version's own
+    commit file is gone while no checkpoint covers it (the table was deleted and recreated).
+
+    One per followed table, which finds no new commit most times it looks:
+    ``_last_checkpoint`` is read again only when its modification time or size changed, and
+    the known version's commit file is only looked up."""
 
     def __init__(self, uri: str, storage: Storage) -> None:
         self.uri = uri
@@ -105,14 +110,6 @@ class OvertakenCheck:
         if (last is None or last < version) and version >= 0 and _file_info(
                 self.uri, self._storage, f"{version:020d}.json").type == pafs.FileType.NotFound:
             raise Overtaken
-
-
-def check_not_overtaken(uri: str, storage: Storage, version: int) -> None:
-    """Raise :class:`Overtaken` when the next commit after ``version`` is missing because the
-    log moved past it: ``_last_checkpoint`` names a later version (log cleanup removed commits
-    never read), or ``version``'s own commit file is gone while no checkpoint covers it (the
-    table was deleted and recreated)."""
-    OvertakenCheck(uri, storage)(version)
 
 
 class Conflict(LakeError):

@@ -26,9 +26,12 @@ from deltalake.transaction import AddAction
 
 from compactor.exceptions import LakeError
 from compactor.lake.layout import data_file_name, join
+from compactor.lake.segments import record_sizes
 from compactor.lake.storage import Storage, is_local, local_path
 
 NON_PII_STATS = ("offset", "timestamp", "deleteHorizonMs")
+# DataFileBuilder gathers batches up to this many bytes into one row group.
+WRITE_BYTES = 8 * 1024 * 1024
 # A smaller file is written uncompressed: zstd does not shrink a few records, and it sets up
 # a compressor per column of every file (a micro-batch writes one per partition with records).
 COMPRESS_FROM = 16 * 1024
@@ -150,6 +153,9 @@ def file_stats(table: pa.Table) -> str:
 class DataFileBuilder:
     """Streams batches into one data file; named and described once it is complete.
 
+    Batches are gathered up to :data:`WRITE_BYTES` and written as one row group: the cleaner
+    hands over what it read file by file, and most of a mirror's files are small.
+
     The name holds the last offset, known only at the end, so the file is written under a
     temporary name first: beside its final place on a local disk (then renamed), in the
     local temporary directory for object storage (then uploaded once under its final name).
@@ -169,11 +175,14 @@ class DataFileBuilder:
         else:
             self._tmp = os.path.join(tempfile.gettempdir(), f"compactor{spool}")
         self._writer: pq.ParquetWriter | None = None
+        self._pending: list[tuple[pa.Table, int | None]] = []  # not yet written, record bytes
+        self._pending_bytes = 0
         self._stats = _Stats()
         self._record_bytes = 0
 
-    def write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int) -> None:
-        """Add ``batch`` to the file; an error of the disk is a LakeError, the file removed."""
+    def write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int | None = None) -> None:
+        """Add ``batch`` (its records' bytes counted from its rows when None) to the file; an
+        error of the disk is a LakeError, the file removed."""
         try:
             self._write(batch, record_bytes)
         except (OSError, pa.ArrowException) as exc:
@@ -181,23 +190,42 @@ class DataFileBuilder:
             raise LakeError(f"cannot write a data file in {os.path.dirname(self._tmp)}: "
                             f"{exc}") from exc
 
-    def _write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int) -> None:
+    def _write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int | None) -> None:
         if batch.num_rows == 0:
             return
-        if self._writer is None:
-            os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
-            self._writer = pq.ParquetWriter(self._tmp, batch.schema,
-                                            **_parquet_options(batch.schema))
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if self._writer is None:  # the file is there from the first batch on
+            os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, table.schema,
+                                            **_parquet_options(table.schema))
+        if self._pending and table.schema != self._pending[0][0].schema:
+            self._flush()  # the writer refuses it, as it would have unbuffered
+        self._pending.append((table, record_bytes))
+        self._pending_bytes += table.nbytes
+        if self._pending_bytes >= WRITE_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the gathered batches as one row group: a row group, its statistics and its
+        record sizes per small batch cost more than the batch."""
+        if not self._pending:
+            return
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        table = pa.concat_tables([t for t, _ in pending]).combine_chunks()
+        assert self._writer is not None  # made with the first batch
         self._writer.write_table(table)
-        self._stats.add(batch)
-        self._record_bytes += record_bytes
+        self._stats.add(table)
+        self._record_bytes += sum(n for _, n in pending if n is not None)
+        uncounted = [t for t, n in pending if n is None]
+        if uncounted:
+            self._record_bytes += int(record_sizes(pa.concat_tables(uncounted)).sum())
 
     def close(self) -> WrittenFile | None:
         """Finish the file; None when no row was written (nothing is left on disk)."""
-        if self._writer is None:
-            return None
         try:
+            self._flush()
+            if self._writer is None:
+                return None
             self._writer.close()
         except (OSError, pa.ArrowException) as exc:
             self.abort()
@@ -236,6 +264,7 @@ class DataFileBuilder:
     def abort(self) -> None:
         """Drop the file: nothing of it stays on disk, whatever state the writer is in."""
         writer, self._writer = self._writer, None
+        self._pending, self._pending_bytes = [], 0
         with contextlib.suppress(OSError, pa.ArrowException):  # the disk may be what failed
             if writer is not None:
                 writer.close()

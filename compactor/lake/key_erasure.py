@@ -41,7 +41,7 @@ from compactor.lake.datafiles import DataFileBuilder, WrittenFile
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA
 from compactor.lake.log_follower import LogView, follow
 from compactor.lake.range_reader import file_batches
-from compactor.lake.segments import DataFile, record_sizes
+from compactor.lake.segments import DataFile
 from compactor.lake.storage import Storage
 from compactor.positions import REWRITE, WRITER
 
@@ -117,7 +117,7 @@ def _rewrite(view: LogView, partition: int, f: DataFile, keys: pa.Array, below: 
             gone.append(_plain(batch.column("key")).filter(pa.array(doomed)))
             kept = batch.filter(pa.array(~doomed))
             if kept.num_rows:
-                builder.write(kept, int(record_sizes(kept).sum()))
+                builder.write(kept)
         if dropped == 0:  # only tombstones of the keys: the file stays as it is
             builder.abort()
             return None, 0, pa.array([], pa.binary())

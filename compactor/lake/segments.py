@@ -214,7 +214,7 @@ class SegmentRoller:
         return out
 
 
-def record_sizes(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
+def record_sizes(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.int64]:
     """Record bytes as ``segment.bytes`` counts them: key + value + header keys and values."""
     import pyarrow.compute as pc
 

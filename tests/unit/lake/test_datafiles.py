@@ -60,6 +60,26 @@ def test_a_table_written_whole_matches_the_same_rows_streamed(tmp_path: Path) ->
         assert with_stats <= set(NON_PII_STATS) and "offset" in with_stats
 
 
+def test_small_batches_streamed_are_one_row_group_and_counted_once(tmp_path: Path) -> None:
+    """The cleaner streams what it read file by file: gathered into one row group, each
+    batch's record bytes given or counted from its rows."""
+    from compactor.lake.segments import record_sizes
+
+    rows = _rows(list(range(40)))
+    builder = DataFileBuilder(str(tmp_path), "partition=0/segment=0", "log",
+                              {"partition": "0", "segment": "0"}, storage=LOCAL)
+    for i in range(0, 40, 2):
+        part = rows.slice(i, 2)
+        builder.write(part, int(record_sizes(part).sum()) if i % 4 else None)
+    written = builder.close()
+    assert written is not None
+    path = tmp_path / written.path
+    assert pq.ParquetFile(path).num_row_groups == 1
+    assert pq.read_table(path).equals(rows)
+    assert written.record_bytes == int(record_sizes(rows).sum()) > 0
+    assert written.records == 40
+
+
 def test_a_few_records_are_written_uncompressed_and_more_as_zstd(tmp_path: Path) -> None:
     """zstd would not shrink a one-record file of a quiet partition and costs a compressor per
     column; a file of more record bytes is compressed."""
