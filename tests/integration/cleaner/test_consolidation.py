@@ -90,6 +90,28 @@ def test_the_active_segment_is_consolidated_once_it_holds_many_small_files(
     assert _files_per_segment(config, "t") == {0: 2}  # ingest goes on appending beside it
 
 
+def test_a_merged_active_file_is_not_rewritten_for_a_few_small_new_ones(
+        tmp_path: Path) -> None:
+    """The active segment's first merged file stays while newer files hold far fewer bytes:
+    rewriting it for every ACTIVE_MERGE_FILES new files would make the bytes written grow
+    with the segment's history."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="delete", segment_ms=3_600_000)
+    n = ACTIVE_MERGE_FILES
+    for b in range(n):
+        append(config, "t", 0, [(b, b"k%d" % b, b"v" * 1000, T0 + b)], now_ms=T0 + 1000)
+    maintenance = LogMaintenance(None, config)
+    maintenance.run_pass(now_ms=T0 + 2000)
+    [first] = _segment_files(config, "t", 0)
+    for b in range(n, 2 * n):
+        append(config, "t", 0, [(b, b"k%d" % b, b"v", T0 + b)], now_ms=T0 + 3000)
+    before = _rows(config, "t")
+    [outcome] = maintenance.run_pass(now_ms=T0 + 4000).cleaned
+    assert outcome.result is not None and outcome.result.stats.files_merged == n
+    files = _segment_files(config, "t", 0)
+    assert len(files) == 2 and first in files
+    assert _rows(config, "t") == before
+
+
 def test_a_stale_plan_never_removes_a_file_twice(tmp_path: Path) -> None:
     """A plan whose files another commit already rewrote is refused by the fence: a segment
     rewrite moves no checkpoint, and a second rewrite of the same files would duplicate them."""
