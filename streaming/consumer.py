@@ -8,10 +8,11 @@ transactions hold the position.
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -122,15 +123,19 @@ def _headers(messages: list[Message]) -> list[Any]:
 
 
 def messages_to_batch(messages: list[Message], offsets: np.ndarray,
-                      include_headers: bool = True) -> pa.RecordBatch:
+                      include_headers: bool = True,
+                      where: tuple[pa.Array, np.ndarray] | None = None) -> pa.RecordBatch:
     """Arrow columns in Spark's Kafka schema; timestamps are epoch ms turned into microseconds.
 
     Each field is read with ``map`` over the unbound method (C calls, no Python frame per
     message) and the (type, ms) timestamp pairs are flattened straight into one array.
-    ``offsets`` are the messages' offsets, which the caller has already read to cut the range.
+    ``offsets`` are the messages' offsets, which the caller has already read to cut the range;
+    ``where``, the messages' topics and partitions when they are not all of the first's.
     """
     n = len(messages)
     first = messages[0]
+    topics, partitions = where if where is not None else (
+        _repeated(first.topic(), n), np.full(n, first.partition(), dtype=np.int32))
     kinds_and_ms = np.fromiter(
         chain.from_iterable(map(Message.timestamp, messages)), np.int64, 2 * n).reshape(-1, 2)
     raw = _headers(messages) if include_headers else []
@@ -146,8 +151,8 @@ def messages_to_batch(messages: list[Message], offsets: np.ndarray,
         [
             pa.array(list(map(Message.key, messages)), pa.binary()),
             pa.array(list(map(Message.value, messages)), pa.binary()),
-            _repeated(first.topic(), n),
-            pa.array(np.full(n, first.partition(), dtype=np.int32)),
+            topics,
+            pa.array(partitions, pa.int32()),
             pa.array(offsets),
             pa.array(kinds_and_ms[:, 1] * 1000).cast(TIMESTAMP_TYPE),
             pa.array(_spark_timestamp_types(kinds_and_ms[:, 0])),
@@ -187,7 +192,7 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
     todo = {(t, p): i for i, (t, p, start, end) in enumerate(ranges) if start < end}
     if not todo:
         return
-    ours = set(todo)
+    ours = frozenset(todo)
     # At most the records each unfinished range still lacks: consume() returns as soon as
     # they are all there instead of waiting out its timeout for a full batch.
     lacking = {i: ranges[i][3] - ranges[i][2] for i in todo.values()}
@@ -205,26 +210,85 @@ def _read(client_config: Mapping[str, str], ranges: Sequence[Range], poll_timeou
                 continue
             deadline = time.monotonic() + poll_timeout_ms / 1000
             finished = []
-            for tp, part in _by_partition(messages, ours):
-                i = todo.get(tp)
-                if i is None:  # fetched before its range ended
-                    continue
-                topic, partition, start, end = ranges[i]
-                batch, done = _take(part, topic, partition, start, end, fail_on_data_loss,
-                                    include_headers)
+            for i, batch, done in _take_all(messages, ours, todo, ranges, fail_on_data_loss,
+                                            include_headers):
+                topic, partition = ranges[i][:2]
                 if batch is not None:
                     lacking[i] -= batch.num_rows
                     wanted -= batch.num_rows
                     yield i, batch
                 if done:
                     wanted -= lacking[i]
-                    del todo[tp]
+                    del todo[topic, partition]
                     finished.append(TopicPartition(topic, partition))
             if finished and todo:  # one call for every range this consume() finished
                 consumer.incremental_unassign(finished)
 
 
-def _by_partition(messages: list[Message], ours: set[tuple[str, int]],
+Taken = tuple[int, pa.RecordBatch | None, bool]  # range index, its records, range over
+
+
+def _take_all(messages: list[Message], ours: frozenset[tuple[str, int]],
+              todo: Mapping[tuple[str, int], int], ranges: Sequence[Range],
+              fail_on_data_loss: bool, include_headers: bool) -> list[Taken]:
+    """Each unfinished range's part of a ``consume()``, with :func:`_take`'s rules: the
+    records of all its ranges turned into one batch at once and sliced by range (one
+    conversion per ``consume()``, not one per partition). ``ours``: every partition the read
+    was given; ``todo``: those of its unfinished ranges."""
+    if len(ours) == 1:
+        [(tp, part)] = _by_partition(messages, ours)
+        i = todo[tp]
+        return [(i, *_take(part, *ranges[i], fail_on_data_loss, include_headers))]
+    errors = list(map(Message.error, messages))
+    failed: dict[int, tuple[int, Message]] = {}  # range: its first error event, where
+    for j in [j for j, e in enumerate(errors) if e is not None]:
+        tp = (messages[j].topic(), messages[j].partition())
+        if tp not in ours:
+            raise BrokerUnavailableError(f"error reading from Kafka: {errors[j].str()}")
+        if tp in todo:
+            failed.setdefault(todo[tp], (j, messages[j]))
+    where = np.flatnonzero(np.fromiter(map(operator.is_, errors, repeat(None)), bool,
+                                       len(errors)))  # the records' positions
+    records = messages if len(where) == len(messages) else [messages[j] for j in where.tolist()]
+    n = len(records)
+    topics = list(map(Message.topic, records))
+    partitions = np.fromiter(map(Message.partition, records), np.int32, n)
+    offsets = np.fromiter(map(Message.offset, records), np.int64, n)
+    owner = np.fromiter(map(todo.get, zip(topics, partitions.tolist(), strict=True),
+                            repeat(-1)), np.int64, n)
+    # Per range: first offset, end, and the position of its first error event, after which
+    # its records are not taken (the event ends the range, as in :func:`_take`).
+    bounds = np.array([(r[2], r[3], len(messages)) for r in ranges] + [(0, 0, 0)], np.int64)
+    for i, (j, _) in failed.items():
+        bounds[i, 2] = j
+    owner[where >= bounds[owner, 2]] = -1
+    start, end = bounds[owner, 0], bounds[owner, 1]  # owner -1: the (0, 0) row
+    # Below start: fetched for an earlier read of a kept consumer. Offsets rise within a
+    # partition, so a range is over once a record at or past its last offset came.
+    over = set(owner[(owner >= 0) & (offsets >= end - 1)].tolist())
+    for i, (_, event) in sorted(failed.items()):
+        if i not in over:
+            _partition_error(event, *ranges[i], fail_on_data_loss)
+            over.add(i)
+    rows = np.flatnonzero((offsets >= start) & (offsets < end))
+    rows = rows[np.argsort(owner[rows], kind="stable")]
+    ranked = owner[rows]
+    out: list[Taken] = []
+    if len(rows):
+        batch = messages_to_batch([records[j] for j in rows.tolist()], offsets[rows],
+                                  include_headers,
+                                  (pa.array([topics[j] for j in rows.tolist()], pa.string()),
+                                   partitions[rows]))
+        cuts = np.flatnonzero(np.diff(ranked)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True):
+            i = int(ranked[lo])
+            out.append((i, batch.slice(lo, hi - lo), i in over))
+            over.discard(i)
+    out.extend((i, None, True) for i in sorted(over))
+    return out
+
+
+def _by_partition(messages: list[Message], ours: frozenset[tuple[str, int]],
                   ) -> list[tuple[tuple[str, int], list[Message]]]:
     """A ``consume()``'s messages by partition, in order; an error of the client itself (no
     partition of ours) raises."""

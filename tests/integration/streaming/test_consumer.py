@@ -28,6 +28,32 @@ def test_each_range_gets_exactly_its_offsets(broker: Any, topic_factory: Any) ->
     assert _offsets(list(consume_range(conf, topic, 1, 5, 12, 30_000))) == list(range(5, 12))
 
 
+def test_ranges_of_several_topics_read_together_match_each_read_alone(
+        broker: Any, topic_factory: Any) -> None:
+    """One consume() carries records of many partitions, turned into Arrow at once and cut by
+    range: every column of every range is what reading that range alone gives."""
+    import pyarrow as pa
+
+    import time
+
+    topics = [topic_factory(3), topic_factory(2)]
+    now = int(time.time() * 1000)
+    for t, topic in enumerate(topics):
+        produce(broker.bootstrap_servers, topic, [
+            Record(None if i % 7 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v%d" % i,
+                   i % (3 - t), now + i,
+                   (("h", b"x%d" % i), ("n", None)) if i % 4 == 0 else ())
+            for i in range(90)])
+    conf = {"bootstrap.servers": broker.bootstrap_servers}
+    ranges = [(topics[0], 0, 3, 30), (topics[0], 1, 0, 1), (topics[0], 2, 10, 25),
+              (topics[1], 0, 0, 45), (topics[1], 1, 44, 45)]
+    together = consume_ranges(conf, ranges, poll_timeout_ms=30_000)
+    for (topic, partition, start, end), got in zip(ranges, together, strict=True):
+        alone = list(consume_range(conf, topic, partition, start, end, 30_000))
+        assert pa.Table.from_batches(got).equals(pa.Table.from_batches(alone)), (topic, partition)
+        assert _offsets(got) == list(range(start, end))
+
+
 def test_a_range_past_its_partitions_end_is_data_loss_naming_it(
         broker: Any, topic_factory: Any) -> None:
     topic = topic_factory(2)
