@@ -169,12 +169,13 @@ class Mirror:
             .collect()
         )
         collected = time.monotonic()
-        if self.incarnations is not None:  # nothing read from a recreated topic is committed
-            self.incarnations.verify({plan.topic for plan in plans})
+        # Nothing read from a recreated topic is committed: asked now, checked by the commit.
+        check = (self.incarnations.verify({plan.topic for plan in plans})
+                 if self.incarnations is not None else None)
         written = time.monotonic()
         with self.commit_lock:
             locked = time.monotonic()
-            stats = commit_ranges(self.config, results, self.generations)
+            stats = commit_ranges(self.config, results, self.generations, check)
             self.written.add(r.records for r in results if r.records is not None)
             self._rejected_read.update((p.topic, p.partition) for p in plans)
             committed = time.monotonic()

@@ -11,9 +11,10 @@ Protocol:
    without the property records it (one metadata commit, before any data commit of the run).
 2. A log whose recorded id differs from the broker's stops the run with DataLossError (exit
    5), whatever ``fail.on.data.loss`` says: mixing incarnations is never a loss to skip.
-3. Every micro-batch checks the ids again after its tasks have read and before its commit, so
-   records read from a new incarnation are never committed: if any task read from it, the
-   broker already reported the new id.
+3. Every micro-batch asks for the ids again after its tasks have read, and checks the answer
+   before its commit lands (the commit is staged meanwhile), so records read from a new
+   incarnation are never committed: if any task read from it, the broker already reported
+   the new id.
 
 A broker that reports no topic ids (Kafka before 2.8) skips the check with a warning; the
 offset check of the source (an end offset behind the mirrored position) still applies.
@@ -22,7 +23,7 @@ offset check of the source (an end offset behind the mirrored position) still ap
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
@@ -50,22 +51,33 @@ class Incarnations:
         self.expected: dict[str, str] = {}
 
     def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
-        from confluent_kafka import KafkaException, TopicCollection
+        """The broker's topic id of each topic (None: the broker reports none)."""
+        return self._ask(topics)()
+
+    def _ask(self, topics: Iterable[str]) -> Callable[[], dict[str, str | None]]:
+        """Send the request for the topics' ids now; the returned function waits for them."""
+        from confluent_kafka import TopicCollection
 
         wanted = sorted(set(topics))
         futures = self._admin.describe_topics(TopicCollection(wanted),
                                               request_timeout=self._timeout_s)
-        ids: dict[str, str | None] = {}
-        for topic in wanted:
-            try:
-                topic_id = futures[topic].result().topic_id
-            except KafkaException as exc:
-                raise BrokerUnavailableError(
-                    f"cannot describe topic {topic!r} on {self._config.bootstrap_servers}: "
-                    f"{exc}") from exc
-            text = str(topic_id) if topic_id is not None else ""
-            ids[topic] = None if text in _NO_ID else text
-        return ids
+
+        def answer() -> dict[str, str | None]:
+            from confluent_kafka import KafkaException
+
+            ids: dict[str, str | None] = {}
+            for topic in wanted:
+                try:
+                    topic_id = futures[topic].result().topic_id
+                except KafkaException as exc:
+                    raise BrokerUnavailableError(
+                        f"cannot describe topic {topic!r} on {self._config.bootstrap_servers}: "
+                        f"{exc}") from exc
+                text = str(topic_id) if topic_id is not None else ""
+                ids[topic] = None if text in _NO_ID else text
+            return ids
+
+        return answer
 
     def claim(self) -> None:
         """Record or compare each log's topic id (steps 1-2; the log must exist)."""
@@ -95,14 +107,22 @@ class Incarnations:
                 raise _recreated(self._config, topic, recorded, broker_id)
             self.expected[topic] = broker_id
 
-    def verify(self, topics: Iterable[str]) -> None:
-        """Raise unless the topics of a micro-batch still have the ids this run claimed (step 3)."""
+    def verify(self, topics: Iterable[str]) -> Callable[[], None]:
+        """Ask the broker now whether the topics of a micro-batch still have the ids this run
+        claimed (step 3); the returned function waits for the answer and raises unless they
+        do. The caller asks once its tasks have read and calls it before its commit lands,
+        staging the commit while the broker answers."""
         checked = [t for t in topics if t in self.expected]
         if not checked:
-            return
-        for topic, broker_id in self.broker_ids(checked).items():
-            if broker_id != self.expected[topic]:
-                raise _recreated(self._config, topic, self.expected[topic], broker_id)
+            return lambda: None
+        answer = self._ask(checked)
+
+        def check() -> None:
+            for topic, broker_id in answer().items():
+                if broker_id != self.expected[topic]:
+                    raise _recreated(self._config, topic, self.expected[topic], broker_id)
+
+        return check
 
 
 def _recreated(config: CompactorConfig, topic: str, recorded: str,

@@ -13,10 +13,13 @@ Commit protocol of one micro-batch, per topic:
 3. The driver checks every topic's writer generation and writes each topic's log commit
    ahead to a temporary file in its ``_delta_log``; it syncs those files together (the first
    sync commits the file system's journal with all of them, where a sync per commit made the
-   commits of many topics add up). Then, per topic, it commits the rejected files (if any)
-   with the same per-partition app transactions in the rejected table, then all log files in
-   one Delta commit whose app transactions move each partition's version to the last offset
-   of its range (the staged file linked under the next version).
+   commits of many topics add up). Then the engine's last check before anything lands runs
+   (``before_commit``: the topic ids the broker reported once the tasks had read, asked while
+   the commits were staged, :mod:`compactor.ingest.incarnation`). Then, per topic, it
+   commits the rejected files (if any) with the same per-partition app transactions in the
+   rejected table, then all log files in one Delta commit whose app transactions move each
+   partition's version to the last offset of its range (the staged file linked under the
+   next version).
 
 A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
 of a batch that died before step 3 are never referenced and are removed by vacuum. A second
@@ -254,12 +257,14 @@ def _refused(path: str, exc: Exception) -> str:
 
 
 def commit_ranges(config: CompactorConfig, results: list[RangeResult],
-                  generations: Mapping[str, int] | None = None) -> dict[str, BatchStats]:
+                  generations: Mapping[str, int] | None = None,
+                  before_commit: Callable[[], None] | None = None) -> dict[str, BatchStats]:
     """Driver side, step 3: every topic checked and its log commit staged and synced, then
-    per topic its rejected files and its log commit.
+    ``before_commit`` called, then per topic its rejected files and its log commit.
 
     ``generations`` are this run's writer generations (:mod:`compactor.lake.fencing`); a topic
-    another run claimed since raises FencedError before any topic is committed.
+    another run claimed since raises FencedError before any topic is committed. An error
+    ``before_commit`` raises (a recreated topic) commits nothing either.
     """
     now_ms = int(time.time() * 1000)
     by_topic: dict[str, list[RangeResult]] = {}
@@ -275,6 +280,8 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
             sync_files(staged)
         except OSError as exc:
             raise LakeError(f"cannot sync the commits of {config.lake_path}: {exc}") from exc
+        if before_commit is not None:
+            before_commit()
         return {c.topic: _finish(config, c, now_ms) for c in commits}
     finally:
         for c in commits:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from compactor.demo.workload import Record, produce
@@ -32,10 +34,6 @@ def test_ranges_of_several_topics_read_together_match_each_read_alone(
         broker: Any, topic_factory: Any) -> None:
     """One consume() carries records of many partitions, turned into Arrow at once and cut by
     range: every column of every range is what reading that range alone gives."""
-    import pyarrow as pa
-
-    import time
-
     topics = [topic_factory(3), topic_factory(2)]
     now = int(time.time() * 1000)
     for t, topic in enumerate(topics):

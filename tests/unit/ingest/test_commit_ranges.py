@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from compactor.config import build_config, with_topic_configs
+from compactor.exceptions import DataLossError
 from compactor.ingest.writer import commit_ranges
 from compactor.lake import fencing
 from compactor.lake.fencing import FencedError
@@ -54,3 +55,34 @@ def test_a_batch_commits_every_topic_and_a_fenced_topic_stops_it_before_any_comm
         assert len(log_rows(config, t)) == 6
         assert not [p.name for p in (Path(logs[t]) / "_delta_log").iterdir()
                     if p.name.endswith(".tmp")]  # no commit written ahead is left
+
+
+def test_the_last_check_runs_with_every_commit_staged_and_its_error_commits_nothing(
+        tmp_path: Path) -> None:
+    """The topic-id check of a micro-batch (asked while the commits are staged) is awaited
+    before any commit lands; a recreated topic then leaves every log as it was."""
+    config = with_topic_configs(build_config({
+        "bootstrap.servers": "127.0.0.1:9", "topics": "a,b", "lake.path": str(tmp_path)}), {})
+    now_ms = int(time.time() * 1000)
+    logs = {t: topic_paths(config.lake_path, t).log for t in ("a", "b")}
+    for t in logs:
+        append(config, t, 0, [(0, b"k", b"v", now_ms)], now_ms)
+    batch = [r for t in logs for r in append(config, t, 0, [(1, b"k", b"w", now_ms)], now_ms,
+                                                commit=False)]
+    seen: list[list[str]] = []
+
+    def recreated() -> None:
+        seen.append(sorted(p.name for t in logs for p in (Path(logs[t]) / "_delta_log").iterdir()
+                           if p.name.endswith(".tmp")))
+        raise DataLossError("topic 'b' was deleted and recreated")
+
+    with pytest.raises(DataLossError, match="recreated"):
+        commit_ranges(config, batch, None, recreated)
+    assert len(seen) == 1 and len(seen[0]) == 2  # both commits were staged when it ran
+    for t in logs:
+        assert INGEST.read(DeltaTable(logs[t]), 0) == 0
+        assert len(log_rows(config, t)) == 1
+        assert not [p for p in (Path(logs[t]) / "_delta_log").iterdir()
+                    if p.name.endswith(".tmp")]
+    assert sorted(commit_ranges(config, batch, None, lambda: None)) == ["a", "b"]
+    assert all(len(log_rows(config, t)) == 2 for t in logs)
