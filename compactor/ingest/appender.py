@@ -23,6 +23,7 @@ from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import WrittenFile, write_data_file
 from compactor.lake.layout import LOG_PARTITION_COLUMNS
+from compactor.lake.log_files import LogPart, write_log_files
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, no_tombstones
 from compactor.lake.rejected import (
     HEADERS_REASON,
@@ -34,6 +35,7 @@ from compactor.lake.rejected import (
 from compactor.lake.segments import SegmentRoller, record_sizes
 from compactor.lake.written_records import RANGE_BYTES, TASK_BYTES, WrittenRecords
 
+# The newest segment's rows are written once their records hold this many bytes.
 _FLUSH_BYTES = 64 * 1024 * 1024
 
 Rows = npt.NDArray[np.int64]  # a number per row
@@ -46,7 +48,6 @@ class _SegmentBuffer:
     def __init__(self) -> None:
         self.tables: list[pa.Table] = []
         self.record_bytes = 0
-        self.nbytes = 0
 
 
 def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
@@ -103,24 +104,32 @@ class _Appender:
                 self.written = None
         offsets = rows.column("offset").to_numpy()
         segments = self.roller.assign_batch(offsets, stamps_ms, sizes)
-        for segment in np.unique(segments).tolist():
-            mask = segments == segment
-            part = rows if mask.all() else rows.filter(pa.array(mask))
-            buf = self.buffers.setdefault(segment, _SegmentBuffer())
+        # Rows come in offset order, so each segment's rows are one slice.
+        cuts = (np.flatnonzero(segments[1:] != segments[:-1]) + 1).tolist()
+        for lo, hi in zip([0, *cuts], [*cuts, len(segments)], strict=True):
+            part = rows if hi - lo == rows.num_rows else rows.slice(lo, hi - lo)
+            buf = self.buffers.setdefault(int(segments[lo]), _SegmentBuffer())
             buf.tables.append(part)
-            buf.record_bytes += int(sizes[mask].sum())
-            buf.nbytes += part.nbytes
+            buf.record_bytes += int(sizes[lo:hi].sum())
         newest = int(segments[-1])
         for segment in [s for s in self.buffers
-                        if s != newest or self.buffers[s].nbytes > _FLUSH_BYTES]:
+                        if s != newest or self.buffers[s].record_bytes > _FLUSH_BYTES]:
             self.files.append(self._log_file(segment, self.buffers.pop(segment)))
 
-    def result(self) -> RangeResult:
-        """Write what is left and describe the range's files."""
-        plan = self.plan
-        for segment, buf in sorted(self.buffers.items()):
-            self.files.append(self._log_file(segment, buf))
+    def log_parts(self) -> list[LogPart]:
+        """The log files still to write, one per buffered segment (the buffers emptied)."""
+        parts = [LogPart(self.plan.partition, segment, _log_table(buf), buf.record_bytes)
+                 for segment, buf in sorted(self.buffers.items())]
         self.buffers.clear()
+        return parts
+
+    def result(self, written: Sequence[WrittenFile] | None = None) -> RangeResult:
+        """Describe the range's files, with ``written`` (what :meth:`log_parts` gave, written;
+        None: write them now)."""
+        plan = self.plan
+        if written is None:
+            written = write_log_files(plan.log_path, self.log_parts(), storage=plan.storage)
+        self.files.extend(written)
         if self.rejected:
             table = pa.concat_tables(self.rejected).sort_by("offset")
             self.files.append(write_data_file(
@@ -133,13 +142,32 @@ class _Appender:
 
     def _log_file(self, segment: int, buf: _SegmentBuffer) -> WrittenFile:
         plan = self.plan
-        table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
-        table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
         return write_data_file(
-            plan.log_path, f"partition={plan.partition}/segment={segment}", table,
+            plan.log_path, f"partition={plan.partition}/segment={segment}", _log_table(buf),
             buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
             storage=plan.storage,
         )
+
+
+def _log_table(buf: _SegmentBuffer) -> pa.Table:
+    """A segment buffer's rows as the log's data columns."""
+    table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
+    return table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+
+
+def _write_all(apps: Sequence[_Appender]) -> list[RangeResult]:
+    """Every appender's result, the log files of each topic written together."""
+    by_log: dict[str, list[tuple[int, LogPart]]] = {}
+    for i, app in enumerate(apps):
+        for part in app.log_parts():
+            by_log.setdefault(app.plan.log_path, []).append((i, part))
+    written: list[list[WrittenFile]] = [[] for _ in apps]
+    for log_path, parts in by_log.items():
+        files = write_log_files(log_path, [p for _, p in parts],
+                                storage=apps[parts[0][0]].plan.storage)
+        for (i, _), f in zip(parts, files, strict=True):
+            written[i].append(f)
+    return [app.result(mine) for app, mine in zip(apps, written, strict=True)]
 
 
 def _with_written(apps: Sequence[_Appender], results: list[RangeResult]) -> list[RangeResult]:
@@ -241,4 +269,4 @@ def append_ranges(plans: Sequence[PartitionPlan],
     if sum(counts):
         table = pa.Table.from_batches([b for mine in batches for b in mine if b.num_rows])
         _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts))
-    return _with_written(apps, [app.result() for app in apps])
+    return _with_written(apps, _write_all(apps))

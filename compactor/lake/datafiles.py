@@ -37,7 +37,7 @@ WRITE_BYTES = 8 * 1024 * 1024
 COMPRESS_FROM = 16 * 1024
 
 
-def _parquet_options(schema: pa.Schema, record_bytes: int | None = None) -> dict[str, Any]:
+def parquet_options(schema: pa.Schema, record_bytes: int | None = None) -> dict[str, Any]:
     """The Parquet writer's settings of a data file of ``record_bytes`` (None: not known
     before it is written): statistics of non-PII columns only."""
     small = record_bytes is not None and record_bytes < COMPRESS_FROM
@@ -90,12 +90,12 @@ def _bounds(column: pa.Array | pa.ChunkedArray) -> tuple[int, int] | None:
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
-def _to_ms(micros: int) -> int:
+def micros_to_ms(micros: int) -> int:
     """Microseconds to milliseconds, truncated toward zero."""
     return micros // 1000 if micros >= 0 else -(-micros // 1000)
 
 
-class _Stats:
+class FileStats:
     """Running Delta statistics of the non-PII columns."""
 
     def __init__(self) -> None:
@@ -123,7 +123,7 @@ class _Stats:
                 continue
             low, high = bounds
             if name == "timestamp":  # truncated to ms, as Arrow's integer divide does
-                low, high = _to_ms(low), _to_ms(high)
+                low, high = micros_to_ms(low), micros_to_ms(high)
             self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
             self.hi[name] = high if name not in self.hi else max(self.hi[name], high)
 
@@ -145,7 +145,7 @@ class _Stats:
 
 def file_stats(table: pa.Table) -> str:
     """Delta statistics for one file's rows (never key, value or headers)."""
-    stats = _Stats()
+    stats = FileStats()
     stats.add(table)
     return stats.json()
 
@@ -177,7 +177,7 @@ class DataFileBuilder:
         self._writer: pq.ParquetWriter | None = None
         self._pending: list[tuple[pa.Table, int | None]] = []  # not yet written, record bytes
         self._pending_bytes = 0
-        self._stats = _Stats()
+        self._stats = FileStats()
         self._record_bytes = 0
 
     def write(self, batch: pa.Table | pa.RecordBatch, record_bytes: int | None = None) -> None:
@@ -197,7 +197,7 @@ class DataFileBuilder:
         if self._writer is None:  # the file is there from the first batch on
             os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
             self._writer = pq.ParquetWriter(self._tmp, table.schema,
-                                            **_parquet_options(table.schema))
+                                            **parquet_options(table.schema))
         if self._pending and table.schema != self._pending[0][0].schema:
             self._flush()  # the writer refuses it, as it would have unbuffered
         self._pending.append((table, record_bytes))
@@ -289,14 +289,14 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
         written = builder.close()
         assert written is not None  # the table has rows
         return written
-    stats = _Stats()
+    stats = FileStats()
     stats.add(table)
     name = data_file_name(stats.lo["offset"], stats.hi["offset"], record_bytes)
     relative = f"{directory}/{name}" if directory else name
     final = os.path.join(local_path(table_root), relative)
     sink = pa.BufferOutputStream()
     try:
-        pq.write_table(table, sink, **_parquet_options(table.schema, record_bytes))
+        pq.write_table(table, sink, **parquet_options(table.schema, record_bytes))
         data = sink.getvalue()
         _place(final, data)
     except (OSError, pa.ArrowException) as exc:

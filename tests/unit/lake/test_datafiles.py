@@ -121,3 +121,4 @@ def test_statistics_match_arrows_for_negative_null_and_mixed_columns() -> None:
     assert stats["maxValues"]["timestamp"] == "1970-01-01T00:00:00.002Z"
     assert stats["nullCount"] == {"offset": 0, "timestamp": 1, "deleteHorizonMs": 2}
     assert stats["numRecords"] == 4
+

@@ -1,0 +1,157 @@
+"""Writing a micro-batch's log files of many partitions together.
+
+A write task ends with one small file per partition with records; written one by one, each
+file cost a Parquet writer's set-up, its own statistics pass and a temporary file. Here the
+files of one log go through one Arrow dataset write and one statistics pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from compactor.exceptions import LakeError
+from compactor.lake.datafiles import (
+    COMPRESS_FROM,
+    FileStats,
+    WrittenFile,
+    micros_to_ms,
+    parquet_options,
+    write_data_file,
+)
+from compactor.lake.layout import data_file_name
+from compactor.lake.storage import Storage, is_local, local_path
+
+
+@dataclass(frozen=True)
+class LogPart:
+    """One log data file to write: a partition's rows of one segment, in offset order."""
+
+    partition: int
+    segment: int
+    table: pa.Table  # the log's data columns, without partition and segment
+    record_bytes: int
+
+
+# The most files one dataset write holds open at once.
+_FILES_PER_WRITE = 512
+
+
+def write_log_files(log_root: str, parts: Sequence[LogPart], *,
+                    storage: Storage) -> list[WrittenFile]:
+    """Write each part as one data file of the log under ``partition=P/segment=S/``, in the
+    order given.
+
+    On a local disk Arrow's dataset writer writes them together, each under a temporary name
+    beside its final place, then renamed: one writer set-up per call instead of per file (a
+    micro-batch writes one small file per partition with records). Elsewhere, or when the
+    parts' columns differ or two share a segment, one :func:`write_data_file` each.
+    """
+    if not is_local(log_root) or len(parts) < 2 or any(
+            p.table.num_rows == 0 or p.table.schema != parts[0].table.schema for p in parts) \
+            or len({(p.partition, p.segment) for p in parts}) < len(parts):
+        return [write_data_file(log_root, f"partition={p.partition}/segment={p.segment}",
+                                p.table, p.record_bytes, "log",
+                                {"partition": str(p.partition), "segment": str(p.segment)},
+                                storage=storage) for p in parts]
+    written: dict[int, WrittenFile] = {}
+    for small in (True, False):
+        chosen = [i for i, p in enumerate(parts) if (p.record_bytes < COMPRESS_FROM) is small]
+        for at in range(0, len(chosen), _FILES_PER_WRITE):
+            some = chosen[at:at + _FILES_PER_WRITE]
+            written.update(zip(some, _write_together(log_root, [parts[i] for i in some]),
+                               strict=True))
+    return [written[i] for i in range(len(parts))]
+
+
+def _write_together(log_root: str, parts: Sequence[LogPart]) -> list[WrittenFile]:
+    """One dataset write of ``parts`` (all small or all large, at most _FILES_PER_WRITE)."""
+    counts = np.array([p.table.num_rows for p in parts], dtype=np.int64)
+    table = pa.concat_tables([p.table for p in parts]).combine_chunks()
+    where = {"partition": np.repeat([p.partition for p in parts], counts).astype(np.int32),
+             "segment": np.repeat([p.segment for p in parts], counts).astype(np.int64)}
+    keyed = table.append_column("partition", pa.array(where["partition"])) \
+        .append_column("segment", pa.array(where["segment"]))
+    options = parquet_options(table.schema, parts[0].record_bytes)
+    fmt = ds.ParquetFileFormat()
+    token = uuid.uuid4().hex
+    root = local_path(log_root)
+    spooled: dict[tuple[int, int], str] = {}
+
+    def visit(file: Any) -> None:
+        directory = os.path.basename(os.path.dirname(file.path))
+        partition_dir = os.path.basename(os.path.dirname(os.path.dirname(file.path)))
+        spooled[int(partition_dir.split("=", 1)[1]), int(directory.split("=", 1)[1])] = \
+            file.path
+
+    try:
+        ds.write_dataset(
+            keyed, root, format=fmt, file_options=fmt.make_write_options(**options),
+            partitioning=ds.partitioning(
+                pa.schema([("partition", pa.int32()), ("segment", pa.int64())]),
+                flavor="hive"),
+            basename_template=f".tmp-{token}-{{i}}.parquet",
+            existing_data_behavior="overwrite_or_ignore", preserve_order=True, use_threads=False,
+            max_partitions=len(parts), max_open_files=len(parts) + 1,
+            max_rows_per_group=max(1, table.num_rows), file_visitor=visit)
+        if len(spooled) != len(parts):
+            raise LakeError(f"{len(spooled)} data files written in {root} for {len(parts)} "
+                            "segments")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        bounds = _group_bounds(table, starts)
+        out = []
+        for p, (stats, lo, hi) in zip(parts, bounds, strict=True):
+            relative = f"partition={p.partition}/segment={p.segment}/" + \
+                data_file_name(lo, hi, p.record_bytes)
+            tmp = spooled.pop((p.partition, p.segment))
+            size = os.path.getsize(tmp)
+            os.replace(tmp, os.path.join(root, relative))
+            out.append(WrittenFile("log", relative, size,
+                                   {"partition": str(p.partition), "segment": str(p.segment)},
+                                   stats.json(), stats.records, p.record_bytes,
+                                   newest_ms=stats.hi.get("timestamp")))
+        return out
+    except (OSError, pa.ArrowException) as exc:
+        raise LakeError(f"cannot write data files in {root}: {exc}") from exc
+    finally:
+        for tmp in spooled.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+
+def _group_bounds(table: pa.Table, starts: np.ndarray) -> list[tuple[FileStats, int, int]]:
+    """Each group's statistics and (first, last) offset; groups start at ``starts``
+    (ascending, the first at 0). Computed for all groups at once when no offset or timestamp
+    is null and no tombstone horizon is set (as a micro-batch writes them)."""
+    offsets, stamps = table.column("offset"), table.column("timestamp")
+    horizon = table.column("deleteHorizonMs")
+    if offsets.null_count or stamps.null_count or horizon.null_count != len(horizon):
+        out = []
+        ends = [*starts[1:].tolist(), table.num_rows]
+        for start, end in zip(starts.tolist(), ends, strict=True):
+            stats = FileStats()
+            stats.add(table.slice(start, end - start))
+            out.append((stats, stats.lo["offset"], stats.hi["offset"]))
+        return out
+    counts = np.diff(np.append(starts, table.num_rows))
+    columns = {"offset": offsets.to_numpy(),
+               "timestamp": stamps.cast(pa.int64()).to_numpy()}  # microseconds
+    lo = {name: np.minimum.reduceat(v, starts).tolist() for name, v in columns.items()}
+    hi = {name: np.maximum.reduceat(v, starts).tolist() for name, v in columns.items()}
+    out = []
+    for g, count in enumerate(counts.tolist()):
+        stats = FileStats()
+        stats.records = count
+        stats.nulls["deleteHorizonMs"] = count
+        stats.lo = {"offset": lo["offset"][g], "timestamp": micros_to_ms(lo["timestamp"][g])}
+        stats.hi = {"offset": hi["offset"][g], "timestamp": micros_to_ms(hi["timestamp"][g])}
+        out.append((stats, stats.lo["offset"], stats.hi["offset"]))
+    return out

@@ -1,0 +1,54 @@
+"""A micro-batch's log files of many partitions written together, against each written alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from compactor.lake.datafiles import COMPRESS_FROM, NON_PII_STATS, write_data_file
+from compactor.lake.log_files import LogPart, write_log_files
+from compactor.lake.storage import LOCAL
+from tests.unit.lake.test_datafiles import _rows
+
+
+def test_log_files_written_together_match_each_written_alone(tmp_path: Path) -> None:
+    """A micro-batch's log files of many partitions go through one dataset write: names,
+    statistics, sizes, compression and rows as one write_data_file each would give, in the
+    order asked, with no temporary file left."""
+    plain = [LogPart(p, 10 * p, _rows(list(range(10 * p, 10 * p + 1 + p % 3))), 60 + p)
+             for p in range(6)]
+    plain.append(LogPart(9, 0, _rows(list(range(2000))), COMPRESS_FROM))  # zstd
+    stamped = _rows([5, 6])  # a cleaned file's horizons: statistics counted per file
+    stamped = stamped.set_column(stamped.schema.get_field_index("deleteHorizonMs"),
+                                 "deleteHorizonMs", pa.array([None, 77], pa.int64()))
+    for case, parts in enumerate([plain, [*plain[:2], LogPart(7, 5, stamped, 50), *plain[2:]]]):
+        _check_together(tmp_path / str(case), parts)
+
+
+def _check_together(tmp_path: Path, parts: list) -> None:
+    together = write_log_files(str(tmp_path / "a"), parts, storage=LOCAL)
+    alone = [write_data_file(str(tmp_path / "b"), f"partition={p.partition}/segment={p.segment}",
+                             p.table, p.record_bytes, "log",
+                             {"partition": str(p.partition), "segment": str(p.segment)},
+                             storage=LOCAL) for p in parts]
+    assert len(together) == len(parts)
+    for t, a, part in zip(together, alone, parts, strict=True):
+        unique = t.path.rsplit(".", 2)[0]  # the name less its random part
+        assert (unique, t.table, t.records, t.record_bytes, t.stats, t.newest_ms,
+                dict(t.partition_values)) == (a.path.rsplit(".", 2)[0], a.table, a.records,
+                                              a.record_bytes, a.stats, a.newest_ms,
+                                              dict(a.partition_values))
+        path = tmp_path / "a" / t.path
+        assert path.stat().st_size == t.size
+        assert [f.name for f in path.parent.iterdir()] == [path.name]  # no temporary file
+        assert pq.read_table(path).equals(part.table)
+        assert pq.read_schema(path) == pq.read_schema(tmp_path / "b" / a.path)
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_row_groups == 1
+        with_stats = {meta.row_group(0).column(i).path_in_schema
+                      for i in range(meta.num_columns) if meta.row_group(0).column(i).is_stats_set}
+        assert with_stats <= set(NON_PII_STATS) and "offset" in with_stats
+        codecs = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
+        assert codecs == ({"ZSTD"} if part.record_bytes >= COMPRESS_FROM else {"UNCOMPRESSED"})
