@@ -43,6 +43,9 @@ class LogPart:
 
 # The most files one dataset write holds open at once.
 _FILES_PER_WRITE = 512
+# Fewer files are written one at a time: a dataset write's set-up (an Arrow execution plan)
+# costs as much as several small files.
+_TOGETHER_FROM = 16
 
 
 def write_log_files(log_root: str, parts: Sequence[LogPart], *,
@@ -50,26 +53,33 @@ def write_log_files(log_root: str, parts: Sequence[LogPart], *,
     """Write each part as one data file of the log under ``partition=P/segment=S/``, in the
     order given.
 
-    On a local disk Arrow's dataset writer writes them together, each under a temporary name
-    beside its final place, then renamed: one writer set-up per call instead of per file (a
-    micro-batch writes one small file per partition with records). Elsewhere, or when the
-    parts' columns differ or two share a segment, one :func:`write_data_file` each.
+    On a local disk, :data:`_TOGETHER_FROM` or more files of like compression go through one
+    Arrow dataset write, each under a temporary name beside its final place, then renamed:
+    one writer set-up per call instead of per file (a micro-batch writes one small file per
+    partition with records). Otherwise (object storage, fewer files, parts of differing
+    columns or two of one segment) one :func:`write_data_file` each.
     """
-    if not is_local(log_root) or len(parts) < 2 or any(
-            p.table.num_rows == 0 or p.table.schema != parts[0].table.schema for p in parts) \
-            or len({(p.partition, p.segment) for p in parts}) < len(parts):
-        return [write_data_file(log_root, f"partition={p.partition}/segment={p.segment}",
-                                p.table, p.record_bytes, "log",
-                                {"partition": str(p.partition), "segment": str(p.segment)},
-                                storage=storage) for p in parts]
+    together = is_local(log_root) and len(parts) >= _TOGETHER_FROM and all(
+        p.table.num_rows and p.table.schema == parts[0].table.schema for p in parts) \
+        and len({(p.partition, p.segment) for p in parts}) == len(parts)
     written: dict[int, WrittenFile] = {}
     for small in (True, False):
         chosen = [i for i, p in enumerate(parts) if (p.record_bytes < COMPRESS_FROM) is small]
         for at in range(0, len(chosen), _FILES_PER_WRITE):
             some = chosen[at:at + _FILES_PER_WRITE]
-            written.update(zip(some, _write_together(log_root, [parts[i] for i in some]),
-                               strict=True))
+            if together and len(some) >= _TOGETHER_FROM:
+                files = _write_together(log_root, [parts[i] for i in some])
+            else:
+                files = [_write_alone(log_root, parts[i], storage) for i in some]
+            written.update(zip(some, files, strict=True))
     return [written[i] for i in range(len(parts))]
+
+
+def _write_alone(log_root: str, part: LogPart, storage: Storage) -> WrittenFile:
+    return write_data_file(log_root, f"partition={part.partition}/segment={part.segment}",
+                           part.table, part.record_bytes, "log",
+                           {"partition": str(part.partition), "segment": str(part.segment)},
+                           storage=storage)
 
 
 def _write_together(log_root: str, parts: Sequence[LogPart]) -> list[WrittenFile]:

@@ -8,18 +8,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compactor.lake.datafiles import COMPRESS_FROM, NON_PII_STATS, write_data_file
-from compactor.lake.log_files import LogPart, write_log_files
+from compactor.lake.log_files import _TOGETHER_FROM, LogPart, write_log_files
 from compactor.lake.storage import LOCAL
 from tests.unit.lake.test_datafiles import _rows
 
 
 def test_log_files_written_together_match_each_written_alone(tmp_path: Path) -> None:
-    """A micro-batch's log files of many partitions go through one dataset write: names,
+    """A micro-batch's small log files of many partitions go through one dataset write: names,
     statistics, sizes, compression and rows as one write_data_file each would give, in the
     order asked, with no temporary file left."""
     plain = [LogPart(p, 10 * p, _rows(list(range(10 * p, 10 * p + 1 + p % 3))), 60 + p)
-             for p in range(6)]
-    plain.append(LogPart(9, 0, _rows(list(range(2000))), COMPRESS_FROM))  # zstd
+             for p in range(_TOGETHER_FROM + 2)]
+    plain.append(LogPart(99, 0, _rows(list(range(2000))), COMPRESS_FROM))  # zstd, alone
     stamped = _rows([5, 6])  # a cleaned file's horizons: statistics counted per file
     stamped = stamped.set_column(stamped.schema.get_field_index("deleteHorizonMs"),
                                  "deleteHorizonMs", pa.array([None, 77], pa.int64()))
