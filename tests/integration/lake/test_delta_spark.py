@@ -48,15 +48,23 @@ def test_delta_spark_reads_every_table_as_deltalake_does(
     paths = topic_paths(config.lake_path, topic)
     tables = {"log": paths.log, "table": paths.table, "rejected": paths.rejected,
               "erasures": f"{paths.root}/erasures"}
+    # A topic of many partitions: a write task writes its files with one dataset write
+    # (compactor/lake/log_files.py).
+    wide = topic_factory(40, {"cleanup.policy": "delete"})
+    produce(broker.bootstrap_servers, wide, [Record(b"w%d" % i, b"v", i % 40) for i in range(80)])
+    wide_config = lake_config(wide, log_cleaner_enable="false")
+    run_once(wide_config)
+    tables["wide log"] = topic_paths(wide_config.lake_path, wide).log
 
     seen = run_job({"batch": tables})
 
     for name in tables:
         assert seen[name]["rows"] == _positions(tables[name]), name
+    assert seen["wide log"]["rows"] == [[p, o] for p in range(40) for o in (0, 1)]
     assert seen["rejected"]["rows"] == [[0, 30]]
     # Every commit of the mirror says what it did, in the column DESCRIBE HISTORY shows
     # (delta-rs's own VACUUM START / END name themselves).
-    for name in ("log", "table"):
+    for name in ("log", "table", "wide log"):
         notes = [(op, note) for _, op, note in seen[name]["history"]
                  if not op.startswith("VACUUM")]
         assert notes and all(n and n.startswith("compactor: ") for _, n in notes), notes
