@@ -114,12 +114,13 @@ class _Appender:
         newest = int(segments[-1])
         for segment in [s for s in self.buffers
                         if s != newest or self.buffers[s].record_bytes > _FLUSH_BYTES]:
-            self.files.append(self._log_file(segment, self.buffers.pop(segment)))
+            self.files.extend(write_log_files(
+                self.plan.log_path, [self._log_part(segment, self.buffers.pop(segment))],
+                storage=self.plan.storage))
 
     def log_parts(self) -> list[LogPart]:
         """The log files still to write, one per buffered segment (the buffers emptied)."""
-        parts = [LogPart(self.plan.partition, segment, _log_table(buf), buf.record_bytes)
-                 for segment, buf in sorted(self.buffers.items())]
+        parts = [self._log_part(segment, buf) for segment, buf in sorted(self.buffers.items())]
         self.buffers.clear()
         return parts
 
@@ -140,19 +141,11 @@ class _Appender:
                            WrittenTombstones(self.committed, plan.end - 1, rows),
                            _rejections(plan.partition, self.rejected))
 
-    def _log_file(self, segment: int, buf: _SegmentBuffer) -> WrittenFile:
-        plan = self.plan
-        return write_data_file(
-            plan.log_path, f"partition={plan.partition}/segment={segment}", _log_table(buf),
-            buf.record_bytes, "log", {"partition": str(plan.partition), "segment": str(segment)},
-            storage=plan.storage,
-        )
-
-
-def _log_table(buf: _SegmentBuffer) -> pa.Table:
-    """A segment buffer's rows as the log's data columns."""
-    table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
-    return table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+    def _log_part(self, segment: int, buf: _SegmentBuffer) -> LogPart:
+        """A segment buffer's rows as the log file to write."""
+        table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
+        table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+        return LogPart(self.plan.partition, segment, table, buf.record_bytes)
 
 
 def _write_all(apps: Sequence[_Appender]) -> list[RangeResult]:

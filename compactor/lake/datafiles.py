@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -90,7 +91,7 @@ def _bounds(column: pa.Array | pa.ChunkedArray) -> tuple[int, int] | None:
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
-def micros_to_ms(micros: int) -> int:
+def _to_ms(micros: int) -> int:
     """Microseconds to milliseconds, truncated toward zero."""
     return micros // 1000 if micros >= 0 else -(-micros // 1000)
 
@@ -123,9 +124,40 @@ class FileStats:
                 continue
             low, high = bounds
             if name == "timestamp":  # truncated to ms, as Arrow's integer divide does
-                low, high = micros_to_ms(low), micros_to_ms(high)
+                low, high = _to_ms(low), _to_ms(high)
             self.lo[name] = low if name not in self.lo else min(self.lo[name], low)
             self.hi[name] = high if name not in self.hi else max(self.hi[name], high)
+
+    @classmethod
+    def of_groups(cls, table: pa.Table, starts: list[int]) -> list[FileStats]:
+        """The statistics of each group of ``table``'s rows (groups start at ``starts``,
+        ascending, the first at 0): for all groups at once when no offset or timestamp is
+        null and no tombstone horizon is set (as a micro-batch writes them)."""
+        ends = [*starts[1:], table.num_rows]
+        offsets, stamps = table.column("offset"), table.column("timestamp")
+        horizon = table.column("deleteHorizonMs")
+        if offsets.null_count or stamps.null_count or horizon.null_count != len(horizon):
+            out = []
+            for start, end in zip(starts, ends, strict=True):
+                stats = cls()
+                stats.add(table.slice(start, end - start))
+                out.append(stats)
+            return out
+        columns = {"offset": offsets.to_numpy(),
+                   "timestamp": stamps.cast(pa.int64()).to_numpy()}  # microseconds
+        lows = {n: np.minimum.reduceat(v, starts).tolist() for n, v in columns.items()}
+        highs = {n: np.maximum.reduceat(v, starts).tolist() for n, v in columns.items()}
+        out = []
+        for g, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            stats = cls()
+            stats.records = end - start
+            stats.nulls["deleteHorizonMs"] = end - start
+            stats.lo = {"offset": lows["offset"][g],
+                        "timestamp": _to_ms(lows["timestamp"][g])}
+            stats.hi = {"offset": highs["offset"][g],
+                        "timestamp": _to_ms(highs["timestamp"][g])}
+            out.append(stats)
+        return out
 
     def json(self) -> str:
         mins: dict[str, object] = {}

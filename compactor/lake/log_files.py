@@ -23,7 +23,6 @@ from compactor.lake.datafiles import (
     COMPRESS_FROM,
     FileStats,
     WrittenFile,
-    micros_to_ms,
     parquet_options,
     write_data_file,
 )
@@ -86,10 +85,9 @@ def _write_together(log_root: str, parts: Sequence[LogPart]) -> list[WrittenFile
     """One dataset write of ``parts`` (all small or all large, at most _FILES_PER_WRITE)."""
     counts = np.array([p.table.num_rows for p in parts], dtype=np.int64)
     table = pa.concat_tables([p.table for p in parts]).combine_chunks()
-    where = {"partition": np.repeat([p.partition for p in parts], counts).astype(np.int32),
-             "segment": np.repeat([p.segment for p in parts], counts).astype(np.int64)}
-    keyed = table.append_column("partition", pa.array(where["partition"])) \
-        .append_column("segment", pa.array(where["segment"]))
+    keyed = table.append_column("partition", pa.array(
+        np.repeat([p.partition for p in parts], counts).astype(np.int32))).append_column(
+        "segment", pa.array(np.repeat([p.segment for p in parts], counts).astype(np.int64)))
     options = parquet_options(table.schema, parts[0].record_bytes)
     fmt = ds.ParquetFileFormat()
     token = uuid.uuid4().hex
@@ -115,12 +113,11 @@ def _write_together(log_root: str, parts: Sequence[LogPart]) -> list[WrittenFile
         if len(spooled) != len(parts):
             raise LakeError(f"{len(spooled)} data files written in {root} for {len(parts)} "
                             "segments")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        bounds = _group_bounds(table, starts)
+        starts = [0, *np.cumsum(counts)[:-1].tolist()]
         out = []
-        for p, (stats, lo, hi) in zip(parts, bounds, strict=True):
+        for p, stats in zip(parts, FileStats.of_groups(table, starts), strict=True):
             relative = f"partition={p.partition}/segment={p.segment}/" + \
-                data_file_name(lo, hi, p.record_bytes)
+                data_file_name(stats.lo["offset"], stats.hi["offset"], p.record_bytes)
             tmp = spooled.pop((p.partition, p.segment))
             size = os.path.getsize(tmp)
             os.replace(tmp, os.path.join(root, relative))
@@ -135,33 +132,3 @@ def _write_together(log_root: str, parts: Sequence[LogPart]) -> list[WrittenFile
         for tmp in spooled.values():
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
-
-
-def _group_bounds(table: pa.Table, starts: np.ndarray) -> list[tuple[FileStats, int, int]]:
-    """Each group's statistics and (first, last) offset; groups start at ``starts``
-    (ascending, the first at 0). Computed for all groups at once when no offset or timestamp
-    is null and no tombstone horizon is set (as a micro-batch writes them)."""
-    offsets, stamps = table.column("offset"), table.column("timestamp")
-    horizon = table.column("deleteHorizonMs")
-    if offsets.null_count or stamps.null_count or horizon.null_count != len(horizon):
-        out = []
-        ends = [*starts[1:].tolist(), table.num_rows]
-        for start, end in zip(starts.tolist(), ends, strict=True):
-            stats = FileStats()
-            stats.add(table.slice(start, end - start))
-            out.append((stats, stats.lo["offset"], stats.hi["offset"]))
-        return out
-    counts = np.diff(np.append(starts, table.num_rows))
-    columns = {"offset": offsets.to_numpy(),
-               "timestamp": stamps.cast(pa.int64()).to_numpy()}  # microseconds
-    lo = {name: np.minimum.reduceat(v, starts).tolist() for name, v in columns.items()}
-    hi = {name: np.maximum.reduceat(v, starts).tolist() for name, v in columns.items()}
-    out = []
-    for g, count in enumerate(counts.tolist()):
-        stats = FileStats()
-        stats.records = count
-        stats.nulls["deleteHorizonMs"] = count
-        stats.lo = {"offset": lo["offset"][g], "timestamp": micros_to_ms(lo["timestamp"][g])}
-        stats.hi = {"offset": hi["offset"][g], "timestamp": micros_to_ms(hi["timestamp"][g])}
-        out.append((stats, stats.lo["offset"], stats.hi["offset"]))
-    return out
