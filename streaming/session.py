@@ -85,6 +85,11 @@ DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 # grows it in steps later, a step of resident memory into a run of months (bench/README.md).
 DRIVER_MEMORY = "spark.driver.memory"
 SAFE_PATH = "PYTHONSAFEPATH"
+# Spark looks for pyspark_* modules to register as data sources at the first Python data
+# source, in a Python process of its own, when the command PYSPARK_DRIVER_PYTHON names (in
+# the JVM's environment) exists; the product uses only its own source, so it names none.
+SOURCE_LOOKUP = "PYSPARK_DRIVER_PYTHON"
+NO_SOURCE_LOOKUP = "kafka-lake-compactor-looks-up-no-python-data-sources"
 SPARK_DEFAULT_DRIVER_MEMORY = "1g"
 _MIB_PER_UNIT = {"": 1.0, "b": 1 / 1024 ** 2, "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
                  "g": 1024, "gb": 1024, "t": 1024 ** 2, "tb": 1024 ** 2, "p": 1024 ** 3,
@@ -167,6 +172,8 @@ def _launch_jvm(conf: Mapping[str, str]) -> None:
     - its Python workers (forked by the JVM, ``python -m ...``) get ``PYTHONSAFEPATH=1``:
       Python then leaves the working directory off ``sys.path``, and a user's ``./checkpoints``
       or ``./streaming`` folder cannot shadow the product's modules;
+    - it skips Spark's search for other Python data sources (``SOURCE_LOOKUP``), a Python
+      process started at the first query;
     - it runs in a session of its own: a signal to the command's process group (systemd's
       SIGTERM, a terminal's Ctrl-C) reaches the driver, which stops after the current commit,
       and not the JVM under it. The JVM still exits when the driver does (its stdin closes).
@@ -179,16 +186,19 @@ def _launch_jvm(conf: Mapping[str, str]) -> None:
     spark_conf = SparkConf(loadDefaults=False)
     for key, value in conf.items():
         spark_conf.set(key, value)
-    previous = os.environ.get(SAFE_PATH)
-    os.environ[SAFE_PATH] = "1"  # the gateway copies the environment at launch
+    # The gateway copies this process's environment at launch.
+    jvm_env = {SAFE_PATH: "1", SOURCE_LOOKUP: NO_SOURCE_LOOKUP}
+    previous = {name: os.environ.get(name) for name in jvm_env}
+    os.environ.update(jvm_env)
     try:
         gateway = launch_gateway(  # type: ignore[no-untyped-call]
             spark_conf, popen_kwargs={"start_new_session": True})
     finally:
-        if previous is None:
-            del os.environ[SAFE_PATH]
-        else:
-            os.environ[SAFE_PATH] = previous
+        for name in jvm_env:
+            if previous[name] is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = str(previous[name])
     SparkContext._ensure_initialized(gateway=gateway)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ from streaming.session import (
     ARROW_POOL,
     DEFAULTS,
     DRIVER_MEMORY,
+    SOURCE_LOOKUP,
     driver_memory,
     heap_floor_mib,
 )
@@ -76,3 +78,13 @@ def test_the_driver_heap_is_not_shrunk_below_its_floor(spark: Any) -> None:
     jvm.java.lang.System.gc()
     heap = jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
     assert heap.getCommitted() >= floor * 1024 * 1024, (heap.getCommitted(), floor)
+
+
+def test_the_driver_jvm_starts_no_search_for_other_python_data_sources(spark: Any) -> None:
+    """At the first Python data source, Spark runs a Python process that imports every
+    pyspark_* module it finds when the command its JVM's PYSPARK_DRIVER_PYTHON names exists:
+    a start-up step of the product's only for sources it does not use. The session's JVM
+    names no command there; this process's own environment is left as it was."""
+    named = spark.sparkContext._jvm.java.lang.System.getenv(SOURCE_LOOKUP)
+    assert named and shutil.which(named) is None, named
+    assert os.environ.get(SOURCE_LOOKUP) != named
