@@ -30,7 +30,8 @@ from compactor.kafka.clients import with_logger
 from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.engine import Engine, load_engine
-from compactor.ops.status import collect_status
+from compactor.ops.status import broker_end_offsets, collect_status
+from compactor.positions import LEDGER
 
 TOPIC = "users"
 PARTITIONS = 3
@@ -191,14 +192,16 @@ def _live_phase(
     on_batch: Callable[[int, Mapping[str, BatchStats]], None],
     on_pass: Callable[[PassReport], None], avro: AvroProfiles,
 ) -> list[Record]:
-    """Keep changing the topic while the mirror runs, then wait until every erasure is done.
+    """Keep changing the topic while the mirror runs, then wait until the mirror has read every
+    tombstone and every erasure is done (:func:`settled`).
 
     Returns the records produced. The wait is bounded by the erasure deadline: past it the
     ledger counts a missed deadline and the demo fails.
     """
     tc = service.config.topic(TOPIC)
     say(f"[5/6] live: users keep changing for {seconds:.0f}s (about 150 updates and 4 GDPR "
-        "erasures a second) while the mirror runs; then it waits until every erasure is done")
+        "erasures a second) while the mirror runs; then it waits until every tombstone is read "
+        "and every erasure is done")
     failures: list[BaseException] = []
 
     def serve() -> None:
@@ -217,6 +220,7 @@ def _live_phase(
     last_tombstone_ms = int(time.time() * 1000)
     give_up = float("inf")
     next_report = started + 5
+    ends: dict[int, int] | None = None
     while not failures:
         now = time.monotonic()
         if now - started < seconds:
@@ -233,10 +237,15 @@ def _live_phase(
         if now >= next_report:
             next_report = now + 5
             _report_line(service, now - started)
-        if now - started >= seconds and ledger.backlog(TOPIC).pending == 0:
-            break
+        if now - started >= seconds:
+            if ends is None:  # the workload stopped: everything it wrote is below these
+                ends = {p: o for (t, p), o in broker_end_offsets(service.config).items()
+                        if t == TOPIC}
+            if settled(ledger_positions(ledger), ends, ledger.backlog(TOPIC).pending):
+                break
         if now > give_up:
-            say("      some erasures are still pending after their deadline; stopping")
+            say("      some erasures are still pending (or tombstones unread) after their "
+                "deadline; stopping")
             break
         time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
     service.request_stop()
@@ -246,6 +255,27 @@ def _live_phase(
     say(f"      every erasure finished {time.time() - last_tombstone_ms / 1000:.0f}s after "
         f"the last tombstone (deadline {tc.max_compaction_lag_ms // 1000}s)")
     return produced
+
+
+def ledger_positions(ledger: ErasureLedger) -> dict[int, int]:
+    """Per partition, the last log offset whose tombstones the demo topic's ledger recorded."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(ledger.path(TOPIC))
+    except TableNotFoundError:  # no tombstone recorded yet
+        return {}
+    return {p: o for p in range(PARTITIONS) if (o := LEDGER.read(table, p)) is not None}
+
+
+def settled(recorded: Mapping[int, int], ends: Mapping[int, int], pending: int) -> bool:
+    """Whether every erasure of the live phase is done: the ledger has recorded the tombstones
+    of every offset below the broker's end offsets ``ends`` (taken once the workload stopped)
+    and none is pending. No pending erasure alone is not enough: a mirror that lags has not
+    recorded the tombstones it has yet to read."""
+    return pending == 0 and all(recorded.get(p, -1) >= end - 1
+                                for p, end in ends.items() if end > 0)
 
 
 def _sql(service: Engine, workload: ProfileWorkload, changes: list[Record]) -> bool:
