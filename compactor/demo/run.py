@@ -31,7 +31,6 @@ from compactor.lake.layout import read_table, topic_paths
 from compactor.lake.segments import read_partition_logs
 from compactor.ops.engine import Engine, load_engine
 from compactor.ops.status import broker_end_offsets, collect_status
-from compactor.positions import LEDGER
 
 TOPIC = "users"
 PARTITIONS = 3
@@ -241,7 +240,10 @@ def _live_phase(
             if ends is None:  # the workload stopped: everything it wrote is below these
                 ends = {p: o for (t, p), o in broker_end_offsets(service.config).items()
                         if t == TOPIC}
-            if settled(ledger_positions(ledger), ends, ledger.backlog(TOPIC).pending):
+            # What the log committed, recorded here too if the mirror's readers have not yet:
+            # the ledger then knows how far it has scanned, past the last tombstone.
+            ledger.record_tombstones(TOPIC)
+            if settled(ledger.read_upto(TOPIC), ends, ledger.backlog(TOPIC).pending):
                 break
         if now > give_up:
             say("      some erasures are still pending (or tombstones unread) after their "
@@ -257,23 +259,11 @@ def _live_phase(
     return produced
 
 
-def ledger_positions(ledger: ErasureLedger) -> dict[int, int]:
-    """Per partition, the last log offset whose tombstones the demo topic's ledger recorded."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(ledger.path(TOPIC))
-    except TableNotFoundError:  # no tombstone recorded yet
-        return {}
-    return {p: o for p in range(PARTITIONS) if (o := LEDGER.read(table, p)) is not None}
-
-
 def settled(recorded: Mapping[int, int], ends: Mapping[int, int], pending: int) -> bool:
-    """Whether every erasure of the live phase is done: the ledger has recorded the tombstones
-    of every offset below the broker's end offsets ``ends`` (taken once the workload stopped)
-    and none is pending. No pending erasure alone is not enough: a mirror that lags has not
-    recorded the tombstones it has yet to read."""
+    """Whether every erasure of the live phase is done: the ledger has scanned the log up to
+    ``recorded`` (per partition), which covers every offset below the broker's end offsets
+    ``ends`` (taken once the workload stopped), and none is pending. No pending erasure alone
+    is not enough: a mirror that lags has not recorded the tombstones it has yet to read."""
     return pending == 0 and all(recorded.get(p, -1) >= end - 1
                                 for p, end in ends.items() if end > 0)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake import DeltaTable
 
-from compactor.config import build_config
-from compactor.demo.run import TOPIC, ledger_positions, settled
+from compactor.demo.run import settled
 from compactor.erasure.ledger import ErasureLedger
 from compactor.positions import LEDGER
+from tests.lake import append, offline_config
+
+T0 = 1_700_000_000_000
 
 
 def test_no_pending_erasure_is_not_enough_while_the_mirror_has_tombstones_to_read() -> None:
@@ -24,10 +25,21 @@ def test_no_pending_erasure_is_not_enough_while_the_mirror_has_tombstones_to_rea
     assert settled({0: 120, 1: 79}, ends, pending=0)
 
 
-def test_the_ledger_positions_are_read_from_its_table(tmp_path: Path) -> None:
-    ledger = ErasureLedger(build_config({"bootstrap.servers": "127.0.0.1:9", "topics": TOPIC,
-                                         "lake.path": str(tmp_path)}))
-    assert ledger_positions(ledger) == {}  # no ledger table yet
-    write_deltalake(ledger.path(TOPIC), pa.table({"x": [1]}), commit_properties=CommitProperties(
-        app_transactions=[Transaction(LEDGER.id(0), 41), Transaction(LEDGER.id(2), 7)]))
-    assert ledger_positions(ledger) == {0: 41, 2: 7}
+def test_the_scan_reaches_the_logs_end_past_its_last_tombstone(tmp_path: Path) -> None:
+    """The position the ledger commits moves only with tombstones to record; what a scan has
+    covered (``read_upto``, the demo's measure) reaches the log's last committed offset."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact",
+                            max_compaction_lag_ms=60_000)
+    append(config, "t", 0, [(0, b"a", b"v", T0), (1, b"a", None, T0 + 1)], now_ms=T0)
+    ledger = ErasureLedger(config)
+    assert ledger.record_tombstones("t") == 1
+    append(config, "t", 0, [(2, b"b", b"v", T0 + 2), (3, b"c", b"v", T0 + 3)], now_ms=T0)
+    assert ledger.record_tombstones("t") == 0
+    assert ledger.read_upto("t") == {0: 3}
+    committed = LEDGER.read(DeltaTable(ledger.path("t")), 0)
+    assert committed == 1  # a lagging measure: it would keep the demo waiting
+    assert settled(ledger.read_upto("t"), {0: 4}, ledger.backlog("t").pending) is False
+    ledger.record_done("t", "log", {0: 3})
+    ledger.record_done("t", "table", {0: 3})
+    assert ledger.backlog("t").pending == 0
+    assert settled(ledger.read_upto("t"), {0: 4}, ledger.backlog("t").pending)
