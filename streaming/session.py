@@ -194,11 +194,11 @@ def _launch_jvm(conf: Mapping[str, str]) -> None:
         gateway = launch_gateway(  # type: ignore[no-untyped-call]
             spark_conf, popen_kwargs={"start_new_session": True})
     finally:
-        for name in jvm_env:
-            if previous[name] is None:
+        for name, old in previous.items():
+            if old is None:
                 del os.environ[name]
             else:
-                os.environ[name] = str(previous[name])
+                os.environ[name] = old
     SparkContext._ensure_initialized(gateway=gateway)
 
 
