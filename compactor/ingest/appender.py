@@ -23,7 +23,7 @@ from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import WrittenFile, write_data_file
 from compactor.lake.layout import LOG_PARTITION_COLUMNS
-from compactor.lake.log_files import LogPart, write_log_files
+from compactor.lake.log_files import LogPart, write_log_files, write_logs
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, no_tombstones
 from compactor.lake.rejected import (
     HEADERS_REASON,
@@ -149,17 +149,15 @@ class _Appender:
 
 
 def _write_all(apps: Sequence[_Appender]) -> list[RangeResult]:
-    """Every appender's result, the log files of each topic written together."""
-    by_log: dict[str, list[tuple[int, LogPart]]] = {}
-    for i, app in enumerate(apps):
-        for part in app.log_parts():
-            by_log.setdefault(app.plan.log_path, []).append((i, part))
+    """Every appender's result, the log files of all their topics written together."""
+    if not apps:
+        return []
+    parts = [(i, part) for i, app in enumerate(apps) for part in app.log_parts()]
+    files = write_logs([(apps[i].plan.log_path, part) for i, part in parts],
+                       storage=apps[0].plan.storage)
     written: list[list[WrittenFile]] = [[] for _ in apps]
-    for log_path, parts in by_log.items():
-        files = write_log_files(log_path, [p for _, p in parts],
-                                storage=apps[parts[0][0]].plan.storage)
-        for (i, _), f in zip(parts, files, strict=True):
-            written[i].append(f)
+    for (i, _), f in zip(parts, files, strict=True):
+        written[i].append(f)
     return [app.result(mine) for app, mine in zip(apps, written, strict=True)]
 
 

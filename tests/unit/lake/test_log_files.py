@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compactor.lake.datafiles import COMPRESS_FROM, NON_PII_STATS, write_data_file
-from compactor.lake.log_files import _TOGETHER_FROM, LogPart, write_log_files
+from compactor.lake.log_files import _TOGETHER_FROM, LogPart, write_log_files, write_logs
 from compactor.lake.storage import LOCAL
 from tests.unit.lake.test_datafiles import _rows
 
@@ -52,3 +52,28 @@ def _check_together(tmp_path: Path, parts: list) -> None:
         assert with_stats <= set(NON_PII_STATS) and "offset" in with_stats
         codecs = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)}
         assert codecs == ({"ZSTD"} if part.record_bytes >= COMPRESS_FROM else {"UNCOMPRESSED"})
+
+
+def test_log_files_of_several_topics_written_together_land_in_their_own_logs(
+        tmp_path: Path) -> None:
+    """A write task's files of many topics, a few per topic, share one dataset write: each
+    lands in its own topic's log with the name, statistics and rows it would have had alone,
+    the same partition and segment in two logs included, with no temporary file left."""
+    roots = [str(tmp_path / "lake" / name / "log") for name in ("orders", "orders.v2", "x-y")]
+    parts = [(roots[i % 3], LogPart(i // 3, 0, _rows([100 * i, 100 * i + 1]), 40 + i))
+             for i in range(_TOGETHER_FROM + 5)]
+    written = write_logs(parts, storage=LOCAL)
+    assert len(written) == len(parts)
+    for (root, part), f in zip(parts, written, strict=True):
+        alone = write_data_file(str(tmp_path / "alone" / Path(root).parent.name),
+                                f"partition={part.partition}/segment={part.segment}",
+                                part.table, part.record_bytes, "log",
+                                {"partition": str(part.partition), "segment": "0"},
+                                storage=LOCAL)
+        assert (f.path.rsplit(".", 2)[0], f.stats, f.records, dict(f.partition_values)) == (
+            alone.path.rsplit(".", 2)[0], alone.stats, alone.records,
+            dict(alone.partition_values))
+        path = Path(root) / f.path
+        assert pq.read_table(path).equals(part.table)
+        assert [g.name for g in path.parent.iterdir()] == [path.name]
+    assert sorted(p.name for p in (tmp_path / "lake").iterdir()) == ["orders", "orders.v2", "x-y"]
