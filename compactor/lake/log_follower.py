@@ -35,6 +35,7 @@ Protocol of :meth:`LogFollower.view` (under the follower's lock):
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -181,7 +182,8 @@ class LogFollower:
         4. Write the actions to a temporary file in ``_delta_log``, sync it (or take the one
            the caller staged and synced) and hard-link it to ``<V+1>.json``
            (:func:`put_if_absent`, :func:`link`): of two writers of V+1 exactly one wins, and
-           no reader sees a partial commit file.
+           no reader sees a partial commit file. Having won, apply its own actions to the
+           follower's state at V+1 (commits after it are read at the next look).
         5. Another writer won V+1: back to 1, at most ``_APPEND_ATTEMPTS`` times.
         6. When V+1 is a multiple of the checkpoint interval, once this lock is released,
            write the checkpoint and delete expired commit files, as delta-rs does after its
@@ -208,8 +210,10 @@ class LogFollower:
                 except OSError as exc:
                     raise LakeError(f"cannot write commit {version} of the Delta log "
                                     f"{self.uri}: {exc}") from exc
-                try:
-                    self._advance()  # our own commit, read back as any other
+                try:  # our own commit, from the lines it holds: no read of the file back
+                    for line in lines:
+                        self._apply(json.loads(line))
+                    self._version = version
                 except Overtaken:
                     self._base = None  # replaced just after our commit: reload at next look
                     return version
