@@ -11,9 +11,9 @@ Commit protocol of one micro-batch, per topic:
    ``partition=P/segment=S/`` (:mod:`compactor.ingest.appender`); null keys of a compacted
    topic go to files of ``rejected``. Tasks write files only; nothing is visible yet.
 3. The driver checks every topic's writer generation and writes each topic's log commit
-   ahead to a temporary file in its ``_delta_log``; it syncs those files together (the first
-   sync commits the file system's journal with all of them, where a sync per commit made the
-   commits of many topics add up). Then the engine's last check before anything lands runs
+   ahead to a temporary file in its ``_delta_log``; it syncs those files at once (overlapping
+   syncs share the file system's journal commits, where a sync per commit made the commits of
+   many topics add up). Then the engine's last check before anything lands runs
    (``before_commit``: the topic ids the broker reported once the tasks had read, asked while
    the commits were staged, :mod:`compactor.ingest.incarnation`). Then, per topic, it
    commits the rejected files (if any) with the same per-partition app transactions in the

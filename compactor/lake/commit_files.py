@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +24,12 @@ import pyarrow.fs as pafs
 from compactor.exceptions import LakeError
 from compactor.lake.layout import join
 from compactor.lake.storage import Storage
+
+
+# Staged commit files synced at once (sync_files); the pool is made at its first use.
+_SYNC_THREADS = 8
+_syncer: ThreadPoolExecutor | None = None
+_syncer_lock = threading.Lock()
 
 
 class Overtaken(Exception):
@@ -165,14 +173,25 @@ def stage(log_dir: str, lines: list[str], sync: bool) -> str:
 
 
 def sync_files(paths: list[str]) -> None:
-    """Make the staged files durable, one after the other: on a journaling file system the
-    first sync commits the journal with all of them in it, so the others find little to do."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """Make the staged files durable, several at once: on a journaling file system syncs that
+    overlap wait for the same journal commit instead of one commit after another."""
+    if len(paths) <= 1:
+        for path in paths:
+            _sync(path)
+        return
+    global _syncer
+    with _syncer_lock:
+        if _syncer is None:
+            _syncer = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="commit-sync")
+    list(_syncer.map(_sync, paths))  # the first failure raises here
+
+
+def _sync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def link(log_dir: str, version: int, temporary: str) -> bool:

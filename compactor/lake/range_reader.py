@@ -126,8 +126,10 @@ def read_tombstones(log_uri: str, plog: PartitionLog, after: int, upto: int,
     kept = [c for c in read if c != "value"]
     if written is not None and written.covers(after, upto) and set(kept) <= set(
             TOMBSTONE_COLUMNS):
-        rows = written.rows
-        return rows.filter(pc.greater(rows.column("offset"), after)).select(kept)
+        rows = written.rows.select(kept)
+        if not rows.num_rows:  # the common case: the batch wrote no tombstone
+            return rows
+        return rows.filter(pc.greater(rows.column("offset"), after))
     parts = []
     for batch in iter_offsets(log_uri, plog, after, upto, read, storage):
         mask = pc.and_(pc.is_null(batch.column("value")), pc.is_valid(batch.column("key")))

@@ -269,3 +269,19 @@ def test_the_newest_version_is_told_by_two_commit_files(tmp_path: Path) -> None:
     for v in (0, 1):  # log cleanup removes the oldest commits first
         os.remove(log_dir / f"{v:020d}.json")
     assert [is_newest(path, LOCAL, v) for v in range(4)] == [False, False, True, False]
+
+
+def test_staged_commits_synced_at_once_stop_at_a_file_that_cannot_be_synced(
+        tmp_path: Path) -> None:
+    """The commits of many topics are synced together; one that cannot be synced raises, so
+    that none of them is linked under its version (commit_ranges stops before linking)."""
+    from compactor.lake import commit_files
+
+    logs = [tmp_path / f"t{i}" / "_delta_log" for i in range(5)]
+    for log_dir in logs:
+        log_dir.mkdir(parents=True)
+    staged = [commit_files.stage(str(d), ['{"commitInfo":{}}'], sync=False) for d in logs]
+    sync_files(staged)  # all there: no error
+    os.remove(staged[3])
+    with pytest.raises(FileNotFoundError):
+        sync_files(staged)
