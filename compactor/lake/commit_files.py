@@ -25,7 +25,6 @@ from compactor.exceptions import LakeError
 from compactor.lake.layout import join
 from compactor.lake.storage import Storage
 
-
 # Staged commit files synced at once (sync_files); the pool is made at its first use.
 _SYNC_THREADS = 8
 _syncer: ThreadPoolExecutor | None = None
