@@ -1,9 +1,10 @@
-"""A topic of 200 partitions on Apache Kafka: every record once, at its offset, after a kill.
+"""Many partitions and topics on Apache Kafka: every record once, at its offset, in its log.
 
 ``compactor run`` (a real process) mirrors a 200-partition topic in micro-batches of a few
 thousand records, each written by one task per core over many partitions, and is killed with
 SIGKILL while a batch's files are written but not committed. A new run must leave every
-partition holding each of its records exactly once, at the offset Kafka gave it.
+partition holding each of its records exactly once, at the offset Kafka gave it. A mirror of
+several topics writes a task's files of all of them together; each lands in its own topic's log.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from compactor.config import build_config, resolve_config
 from compactor.demo.workload import Record, produce
 from tests.conftest import overrides_for, wait_until
 from tests.integration.faults.aims import in_flight
 from tests.integration.faults.truth import committed
+from tests.integration.helpers import log_table, run_once
 
 PARTITIONS = 200
 # Kafka keeps each partition in send order only with idempotence: without it a retried batch
@@ -32,6 +35,34 @@ IN_ORDER = {"enable.idempotence": "true"}
 def _records(round_: int, per_partition: int) -> list[Record]:
     return [Record(b"k%d-%d" % (p, i % 7), b"r%d-p%d-%d" % (round_, p, i), p)
             for i in range(per_partition) for p in range(PARTITIONS)]
+
+
+def test_a_batch_over_three_topics_puts_each_record_in_its_own_topics_log(
+        kafka: Any, kafka_topic: Any, tmp_path: Path) -> None:
+    """One micro-batch over three topics of 12 partitions on two cores: each write task holds
+    18 files of all three topics, which share one dataset write. Each topic's log, read back
+    with delta-rs, holds exactly its own records, each at the offset Kafka gave it, and no
+    temporary file is left in the lake."""
+    servers = kafka.bootstrap_servers
+    topics = [kafka_topic(12, {"cleanup.policy": "delete"}) for _ in range(3)]
+    sent = {t: [Record(b"k%d" % p, b"%s-p%d-%d" % (t.encode(), p, i), p)
+                for i in range(3) for p in range(12)] for t in topics}
+    for t, records in sent.items():
+        produce(servers, t, records, extra_config=IN_ORDER)
+    config = resolve_config(build_config({
+        "bootstrap.servers": servers, "topics": ",".join(topics),
+        "lake.path": str(tmp_path / "lake"), "checkpoint.path": str(tmp_path / "ck"),
+        "spark.master": "local[2]", **overrides_for(",".join(topics))}))
+    run_once(config)
+
+    for t in topics:
+        rows = log_table(config, t)
+        got = list(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(),
+                       rows.column("value").to_pylist(), strict=True))
+        expected = sorted((r.partition, i, r.value) for p in range(12) for i, r in enumerate(
+            [r for r in sent[t] if r.partition == p]))
+        assert got == expected, t
+    assert [f for f in (tmp_path / "lake").rglob("*") if f.name.startswith(".tmp-")] == []
 
 
 def test_a_kill_mid_batch_over_200_partitions_loses_and_repeats_nothing(
