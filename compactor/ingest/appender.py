@@ -11,7 +11,7 @@ and the files are per partition. Tasks write files only; the driver commits them
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,7 @@ from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import WrittenFile, write_data_file
 from compactor.lake.layout import LOG_PARTITION_COLUMNS
-from compactor.lake.log_files import LogPart, write_log_files, write_logs
+from compactor.lake.log_files import LogGroup, LogPart, write_log_files, write_log_rows
 from compactor.lake.range_reader import TOMBSTONE_COLUMNS, WrittenTombstones, no_tombstones
 from compactor.lake.rejected import (
     HEADERS_REASON,
@@ -48,6 +48,25 @@ class _SegmentBuffer:
     def __init__(self) -> None:
         self.tables: list[pa.Table] = []
         self.record_bytes = 0
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """An appender's rows left in its task's table (rows ``start`` to ``end``), all of them
+    bound for one segment: written from there, never sliced out on their own."""
+
+    segment: int
+    start: int
+    end: int
+    record_bytes: int
+
+
+@dataclass(frozen=True)
+class _TaskRows:
+    """A task's screened rows (Spark's Kafka schema) and the appender of each row."""
+
+    table: pa.Table
+    owner: Rows
 
 
 def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
@@ -85,6 +104,16 @@ class _Appender:
         # once past RANGE_BYTES.
         self.written: list[pa.Table] | None = []
         self.written_bytes = 0
+        self.taken: _Taken | None = None  # rows the task's table holds for it
+
+    def count_written(self, record_bytes: int) -> bool:
+        """Count records that go to the log; whether they are still kept for the MERGE."""
+        if self.written is None:
+            return False
+        self.written_bytes += record_bytes
+        if self.written_bytes > RANGE_BYTES:
+            self.written = None
+        return self.written is not None
 
     def add(self, rows: pa.Table, sizes: Rows, stamps_ms: Rows) -> None:
         """Assign ``rows`` (past the committed offset, none of them rejected) to segments and
@@ -96,12 +125,8 @@ class _Appender:
                 plan.now_ms)
             if bad_rows is not None:
                 self.rejected.append(bad_rows)
-        if self.written is not None:
-            self.written_bytes += int(sizes.sum())  # the records' own bytes: cheap to count
-            if self.written_bytes <= RANGE_BYTES:
-                self.written.append(rows)
-            else:
-                self.written = None
+        if self.count_written(int(sizes.sum())) and self.written is not None:
+            self.written.append(rows)
         offsets = rows.column("offset").to_numpy()
         segments = self.roller.assign_batch(offsets, stamps_ms, sizes)
         # Rows come in offset order, so each segment's rows are one slice.
@@ -143,41 +168,75 @@ class _Appender:
 
     def _log_part(self, segment: int, buf: _SegmentBuffer) -> LogPart:
         """A segment buffer's rows as the log file to write."""
-        table = pa.concat_tables(buf.tables).drop_columns(LOG_PARTITION_COLUMNS[:1])
-        table = table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
-        return LogPart(self.plan.partition, segment, table, buf.record_bytes)
+        return LogPart(self.plan.partition, segment, _log_columns(pa.concat_tables(buf.tables)),
+                       buf.record_bytes)
 
 
-def _write_all(apps: Sequence[_Appender]) -> list[RangeResult]:
-    """Every appender's result, the log files of all their topics written together."""
+def _log_columns(rows: pa.Table) -> pa.Table:
+    """Rows of Spark's Kafka schema as a log file holds them."""
+    table = rows.drop_columns(LOG_PARTITION_COLUMNS[:1])
+    return table.append_column("deleteHorizonMs", pa.nulls(table.num_rows, pa.int64()))
+
+
+def _rows_of(rows: _TaskRows, apps: Sequence[tuple[int, _Appender]]) -> pa.Table:
+    """The task's rows that ``apps`` (index, appender; ascending) took, in their order."""
+    chosen = np.zeros(int(rows.owner.max()) + 1, dtype=bool)
+    chosen[[i for i, _ in apps]] = True
+    mask = chosen[rows.owner]
+    return rows.table if mask.all() else rows.table.filter(pa.array(mask))
+
+
+def _write_all(apps: Sequence[_Appender], rows: _TaskRows | None = None) -> list[RangeResult]:
+    """Every appender's result, the log files of all their topics written together: the rows
+    they took from ``rows`` straight from that table, the others' from their buffers."""
     if not apps:
         return []
+    taken = [(i, app) for i, app in enumerate(apps) if app.taken is not None]
     parts = [(i, part) for i, app in enumerate(apps) for part in app.log_parts()]
-    files = write_logs([(apps[i].plan.log_path, part) for i, part in parts],
-                       storage=apps[0].plan.storage)
+    tables: list[pa.Table] = []
+    groups: list[LogGroup] = []
+    if taken:
+        assert rows is not None  # an appender takes rows of the task's table only
+        tables.append(_log_columns(_rows_of(rows, taken)))
+        groups.extend(LogGroup(app.plan.log_path, app.plan.partition, t.segment,
+                               t.end - t.start, t.record_bytes)
+                      for _, app in taken if (t := app.taken) is not None)
+    for i, part in parts:
+        tables.append(part.table)
+        groups.append(LogGroup(apps[i].plan.log_path, part.partition, part.segment,
+                               part.table.num_rows, part.record_bytes))
+    files = write_log_rows(tables, groups, storage=apps[0].plan.storage)
     written: list[list[WrittenFile]] = [[] for _ in apps]
-    for (i, _), f in zip(parts, files, strict=True):
+    for i, f in zip([i for i, _ in taken] + [i for i, _ in parts], files, strict=True):
         written[i].append(f)
     return [app.result(mine) for app, mine in zip(apps, written, strict=True)]
 
 
-def _with_written(apps: Sequence[_Appender], results: list[RangeResult]) -> list[RangeResult]:
+def _with_written(apps: Sequence[_Appender], results: list[RangeResult],
+                  rows: _TaskRows | None = None) -> list[RangeResult]:
     """``results`` with the records the appenders' ranges put in the log (those of at most
     RANGE_BYTES, up to TASK_BYTES in all), as one table carried by the first result
-    (compactor.lake.written_records)."""
-    kept: list[tuple[_Appender, list[pa.Table]]] = []
+    (compactor.lake.written_records); the rows an appender took are in ``rows``."""
+    kept: list[tuple[int, _Appender]] = []
     sent = 0
-    for app in apps:
+    for i, app in enumerate(apps):
         if app.written is not None and sent + app.written_bytes <= TASK_BYTES:
-            kept.append((app, app.written))
+            kept.append((i, app))
             sent += app.written_bytes
     if not kept or not results:
         return results
-    tables = [t for _, written in kept for t in written]
-    rows = pa.concat_tables(tables).combine_chunks() if tables else KAFKA_SCHEMA.empty_table()
+    taken = [(i, a) for i, a in kept if a.taken is not None]
+    rest = [a for _, a in kept if a.taken is None]
+    tables = [t for a in rest for t in a.written or ()]
+    if taken:
+        assert rows is not None  # an appender takes rows of the task's table only
+        tables.insert(0, _rows_of(rows, taken))
+    table = pa.concat_tables(tables).combine_chunks() if tables else KAFKA_SCHEMA.empty_table()
     ranges = tuple((a.plan.topic, a.plan.partition, a.committed, a.plan.end - 1,
-                    sum(t.num_rows for t in written)) for a, written in kept)
-    return [replace(results[0], records=WrittenRecords(rows, ranges)), *results[1:]]
+                    t.end - t.start if (t := a.taken) is not None
+                    else sum(w.num_rows for w in a.written or ()))
+                   for a in [a for _, a in taken] + rest)
+    return [replace(results[0], records=WrittenRecords(table, ranges)), *results[1:]]
 
 
 def _own(tables: list[pa.Table]) -> pa.Table:
@@ -207,15 +266,21 @@ def _report(table: pa.Table, owner: Rows, mask: Mask, floor: Rows, reason: str,
         apps[i].rejected.append(rejected_rows(bad.slice(lo, hi - lo), reason, None, now_ms))
 
 
-def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
+def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows,
+          together: bool = False) -> _TaskRows | None:
     """Screen ``table`` (Spark's Kafka schema; ``owner``: the index of each row's appender,
-    ascending, rows of one appender in offset order) and hand each appender its rows."""
+    ascending, rows of one appender in offset order) and hand each appender its rows.
+
+    ``together`` (one call for the appenders' whole ranges): an appender whose rows all go
+    to its active segment takes them where they are (:class:`_Taken`) instead, and the
+    screened rows are returned; the per-partition slicing and bookkeeping otherwise costs
+    more than a small range's records."""
     committed = np.array([a.committed for a in apps], dtype=np.int64)[owner]
     keep = table.column("offset").to_numpy() > committed
     if not keep.all():
         table, owner = table.filter(pa.array(keep)), owner[keep]
     if table.num_rows == 0:
-        return
+        return None
     now_ms = apps[0].plan.now_ms
     floor = np.array([a.rejected_floor for a in apps], dtype=np.int64)[owner]
     compact = np.array([a.plan.compact for a in apps])[owner]
@@ -224,7 +289,7 @@ def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
         _report(table, owner, null_key, floor, NULL_KEY_REASON, now_ms, apps)
         table, owner, floor = table.filter(pa.array(~null_key)), owner[~null_key], floor[~null_key]
         if table.num_rows == 0:
-            return
+            return None
     # Mirrored with null headers, and reported.
     no_headers = pc.is_null(table.column("headers")).to_numpy(zero_copy_only=False)
     if no_headers.any():
@@ -236,8 +301,22 @@ def _feed(apps: Sequence[_Appender], table: pa.Table, owner: Rows) -> None:
             apps[i].tombstones.append(tombstones.slice(lo, hi - lo))
     sizes = record_sizes(table)
     stamps_ms = table.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
-    for i, lo, hi in _owned(owner, len(apps)):
-        apps[i].add(table.slice(lo, hi - lo), sizes[lo:hi], stamps_ms[lo:hi])
+    owned = list(_owned(owner, len(apps)))
+    if together:
+        starts = [lo for _, lo, _ in owned]
+        totals = np.add.reduceat(sizes, starts).tolist()
+        earliest = np.minimum.reduceat(stamps_ms, starts).tolist()
+        latest = np.maximum.reduceat(stamps_ms, starts).tolist()
+    for k, (i, lo, hi) in enumerate(owned):
+        app = apps[i]
+        if together and app.checker is None and app.taken is None and not app.buffers:
+            segment = app.roller.take(totals[k], earliest[k], latest[k])
+            if segment is not None:
+                app.taken = _Taken(segment, lo, hi, totals[k])
+                app.count_written(totals[k])
+                continue
+        app.add(table.slice(lo, hi - lo), sizes[lo:hi], stamps_ms[lo:hi])
+    return _TaskRows(table, owner) if together else None
 
 
 def append_batches(plan: PartitionPlan, batches: Iterable[pa.RecordBatch]) -> RangeResult:
@@ -257,7 +336,12 @@ def append_ranges(plans: Sequence[PartitionPlan],
     of them together (for small ranges, read into memory)."""
     apps = [_Appender(plan) for plan in plans]
     counts = [sum(b.num_rows for b in mine) for mine in batches]
+    rows = None
     if sum(counts):
-        table = pa.Table.from_batches([b for mine in batches for b in mine if b.num_rows])
-        _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts))
-    return _with_written(apps, _write_all(apps))
+        # One chunk: the ranges are slices of a few batches, and every compute call on
+        # a table of many chunks pays per chunk.
+        table = pa.Table.from_batches([b for mine in batches for b in mine if b.num_rows]) \
+            .combine_chunks()
+        rows = _feed(apps, table, np.repeat(np.arange(len(plans), dtype=np.int64), counts),
+                     together=True)
+    return _with_written(apps, _write_all(apps, rows), rows)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,18 @@ class LogPart:
     record_bytes: int
 
 
+@dataclass(frozen=True)
+class LogGroup:
+    """One log data file to write, its rows the next ``rows`` of the tables it is given with
+    (:func:`write_log_rows`)."""
+
+    log_root: str
+    partition: int
+    segment: int
+    rows: int
+    record_bytes: int
+
+
 # The most files one dataset write holds open at once.
 _FILES_PER_WRITE = 512
 # Fewer files are written one at a time: a dataset write's set-up (an Arrow execution plan)
@@ -57,57 +69,89 @@ def write_log_files(log_root: str, parts: Sequence[LogPart], *,
 
 def write_logs(parts: Sequence[tuple[str, LogPart]], *, storage: Storage) -> list[WrittenFile]:
     """Write each (log root, part) as one data file of that log under
-    ``partition=P/segment=S/``, in the order given.
+    ``partition=P/segment=S/``, in the order given (:func:`write_log_rows`)."""
+    return write_log_rows(
+        [p.table for _, p in parts],
+        [LogGroup(root, p.partition, p.segment, p.table.num_rows, p.record_bytes)
+         for root, p in parts], storage=storage)
+
+
+def write_log_rows(tables: Sequence[pa.Table], groups: Sequence[LogGroup], *,
+                   storage: Storage) -> list[WrittenFile]:
+    """Write each group as one data file of its log under ``partition=P/segment=S/``, in the
+    order given: the groups take the rows of ``tables`` (the log's data columns, without
+    partition and segment) one after another, a group's rows all in one table.
 
     On a local disk, :data:`_TOGETHER_FROM` or more files of like compression go through one
     Arrow dataset write, whatever logs they belong to, each under a temporary name beside its
     final place, then renamed: one writer set-up per call instead of per file (a micro-batch
     writes one small file per partition with records, of every topic). Otherwise (object
-    storage, fewer files, parts of differing columns or two of one segment of a log) one
-    :func:`write_data_file` each.
+    storage, fewer files, tables of differing columns or two groups of one segment of a log)
+    one :func:`write_data_file` each.
     """
-    together = len(parts) >= _TOGETHER_FROM and all(is_local(r) for r in {r for r, _ in parts}) \
-        and all(p.table.num_rows and p.table.schema == parts[0][1].table.schema
-                for _, p in parts) \
-        and len({(r, p.partition, p.segment) for r, p in parts}) == len(parts)
+    if sum(g.rows for g in groups) != sum(t.num_rows for t in tables):
+        raise LakeError(f"{len(groups)} log files to write do not hold the "
+                        f"{sum(t.num_rows for t in tables)} rows given")
+    same = all(t.schema == tables[0].schema for t in tables)
+    together = len(groups) >= _TOGETHER_FROM and same \
+        and all(is_local(r) for r in {g.log_root for g in groups}) \
+        and all(g.rows for g in groups) \
+        and len({(g.log_root, g.partition, g.segment) for g in groups}) == len(groups)
+    own = list(_group_tables(tables, groups))
     written: dict[int, WrittenFile] = {}
     for small in (True, False):
-        chosen = [i for i, (_, p) in enumerate(parts) if (p.record_bytes < COMPRESS_FROM) is small]
+        chosen = [i for i, g in enumerate(groups) if (g.record_bytes < COMPRESS_FROM) is small]
         for at in range(0, len(chosen), _FILES_PER_WRITE):
             some = chosen[at:at + _FILES_PER_WRITE]
             if together and len(some) >= _TOGETHER_FROM:
-                files = _write_together([parts[i] for i in some])
+                rows = (pa.concat_tables(tables) if len(some) == len(groups)
+                        else pa.concat_tables([own[i] for i in some]))
+                files = _write_together(rows, [groups[i] for i in some])
             else:
-                files = [_write_alone(*parts[i], storage) for i in some]
+                files = [_write_alone(groups[i], own[i], storage) for i in some]
             written.update(zip(some, files, strict=True))
-    return [written[i] for i in range(len(parts))]
+    return [written[i] for i in range(len(groups))]
 
 
-def _write_alone(log_root: str, part: LogPart, storage: Storage) -> WrittenFile:
-    return write_data_file(log_root, f"partition={part.partition}/segment={part.segment}",
-                           part.table, part.record_bytes, "log",
-                           {"partition": str(part.partition), "segment": str(part.segment)},
+def _group_tables(tables: Sequence[pa.Table], groups: Sequence[LogGroup]) -> Iterator[pa.Table]:
+    """Each group's rows, a slice of its table."""
+    at, rows = 0, 0  # the table, the rows of it taken
+    for g in groups:
+        while at < len(tables) and rows == tables[at].num_rows and g.rows:
+            at, rows = at + 1, 0
+        if g.rows and (at == len(tables) or rows + g.rows > tables[at].num_rows):
+            raise LakeError(f"the rows of partition {g.partition} segment {g.segment} of "
+                            f"{g.log_root} are not all in one table")
+        yield tables[at].slice(rows, g.rows) if g.rows else tables[0].slice(0, 0)
+        rows += g.rows
+
+
+def _write_alone(group: LogGroup, table: pa.Table, storage: Storage) -> WrittenFile:
+    return write_data_file(group.log_root, f"partition={group.partition}/segment={group.segment}",
+                           table, group.record_bytes, "log",
+                           {"partition": str(group.partition), "segment": str(group.segment)},
                            storage=storage)
 
 
-def _write_together(parts: Sequence[tuple[str, LogPart]]) -> list[WrittenFile]:
-    """One dataset write of ``parts`` (all small or all large, at most _FILES_PER_WRITE),
-    rooted where their logs' folders meet, one folder of it per file."""
-    roots = [local_path(r) for r, _ in parts]
-    base = os.path.commonpath(roots)
-    folders = [os.path.relpath(os.path.join(root, f"partition={p.partition}/segment={p.segment}"),
-                               base) for root, (_, p) in zip(roots, parts, strict=True)]
-    counts = np.array([p.table.num_rows for _, p in parts], dtype=np.int64)
-    table = pa.concat_tables([p.table for _, p in parts]).combine_chunks()
+def _write_together(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:
+    """One dataset write of ``table``'s rows as ``groups`` (all small or all large, at most
+    _FILES_PER_WRITE), rooted where their logs' folders meet, one folder of it per file."""
+    roots = {g.log_root: local_path(g.log_root) for g in groups}
+    base = os.path.commonpath(list(roots.values()))
+    under = {root: os.path.relpath(path, base) for root, path in roots.items()}
+    folders = [os.path.normpath(f"{under[g.log_root]}/partition={g.partition}/"
+                                f"segment={g.segment}") for g in groups]
+    counts = np.array([g.rows for g in groups], dtype=np.int64)
+    table = table.combine_chunks()
     keyed = table.append_column("folder", pa.array(folders, pa.string()).take(
-        pa.array(np.repeat(np.arange(len(parts)), counts))))
-    options = parquet_options(table.schema, parts[0][1].record_bytes)
+        pa.array(np.repeat(np.arange(len(groups)), counts))))
+    options = parquet_options(table.schema, groups[0].record_bytes)
     fmt = ds.ParquetFileFormat()
     token = uuid.uuid4().hex
-    spooled: dict[str, str] = {}  # folder -> its temporary file
+    spooled: dict[str, tuple[str, int]] = {}  # folder -> its temporary file, its size
 
     def visit(file: Any) -> None:
-        spooled[os.path.relpath(os.path.dirname(file.path), base)] = file.path
+        spooled[os.path.relpath(os.path.dirname(file.path), base)] = (file.path, file.size)
 
     try:
         ds.write_dataset(
@@ -117,28 +161,27 @@ def _write_together(parts: Sequence[tuple[str, LogPart]]) -> list[WrittenFile]:
                                                   segment_encoding="none"),
             basename_template=f".tmp-{token}-{{i}}.parquet",
             existing_data_behavior="overwrite_or_ignore", preserve_order=True, use_threads=False,
-            max_partitions=len(parts), max_open_files=len(parts) + 1,
+            max_partitions=len(groups), max_open_files=len(groups) + 1,
             max_rows_per_group=max(1, table.num_rows), file_visitor=visit)
-        if len(spooled) != len(parts):
-            raise LakeError(f"{len(spooled)} data files written in {base} for {len(parts)} "
+        if len(spooled) != len(groups):
+            raise LakeError(f"{len(spooled)} data files written in {base} for {len(groups)} "
                             "segments")
         starts = [0, *np.cumsum(counts)[:-1].tolist()]
         out = []
-        for root, folder, (_, p), stats in zip(roots, folders, parts,
-                                               FileStats.of_groups(table, starts), strict=True):
-            relative = f"partition={p.partition}/segment={p.segment}/" + \
-                data_file_name(stats.lo["offset"], stats.hi["offset"], p.record_bytes)
-            tmp = spooled.pop(folder)
-            size = os.path.getsize(tmp)
-            os.replace(tmp, os.path.join(root, relative))
+        for g, folder, stats in zip(groups, folders, FileStats.of_groups(table, starts),
+                                    strict=True):
+            relative = f"partition={g.partition}/segment={g.segment}/" + \
+                data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
+            tmp, size = spooled.pop(folder)
+            os.replace(tmp, f"{roots[g.log_root]}/{relative}")
             out.append(WrittenFile("log", relative, size,
-                                   {"partition": str(p.partition), "segment": str(p.segment)},
-                                   stats.json(), stats.records, p.record_bytes,
+                                   {"partition": str(g.partition), "segment": str(g.segment)},
+                                   stats.json(), stats.records, g.record_bytes,
                                    newest_ms=stats.hi.get("timestamp")))
         return out
     except (OSError, pa.ArrowException) as exc:
         raise LakeError(f"cannot write data files in {base}: {exc}") from exc
     finally:
-        for tmp in spooled.values():
+        for tmp, _ in spooled.values():
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)

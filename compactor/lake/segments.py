@@ -192,6 +192,19 @@ class SegmentRoller:
         return np.array(self.assign(offsets.tolist(), timestamps_ms.tolist(), sizes.tolist()),
                         dtype=np.int64)
 
+    def take(self, record_bytes: int, earliest_ms: int, latest_ms: int) -> int | None:
+        """The active segment's base offset if records of ``record_bytes`` in all, with
+        timestamps from ``earliest_ms`` to ``latest_ms``, all go to it (then they are counted
+        in it); None, nothing counted, when one of them might roll (:meth:`assign_batch`
+        decides). No record rolls when the active segment holds them all within
+        ``segment.bytes`` and no timestamp is more than ``roll_ms`` after its earliest."""
+        if self._base is None or self._bytes + record_bytes > self._segment_bytes \
+                or latest_ms - min(self._first_ts, earliest_ms) > self._roll_ms:
+            return None
+        self._first_ts = min(self._first_ts, earliest_ms)
+        self._bytes += record_bytes
+        return self._base
+
     def assign(
         self, offsets: Sequence[int], timestamps_ms: Sequence[int], sizes: Sequence[int]
     ) -> list[int]:

@@ -49,7 +49,7 @@ def _batch(topic: str, partition: int, offsets: range, rng: random.Random) -> pa
 def _cases(root: Path) -> tuple[list[PartitionPlan], list[list[pa.RecordBatch]]]:
     """Ranges of two topics (one compacted): nothing committed, part of the range committed
     (a replay), rejections already reported, an active segment that rolls by time and by
-    size, and an empty range."""
+    size, one that takes the whole range, and an empty range."""
     rng = random.Random(7)
     plans, batches = [], []
     for i in range(24):
@@ -62,6 +62,9 @@ def _cases(root: Path) -> tuple[list[PartitionPlan], list[list[pa.RecordBatch]]]
             kw["rejected_offset"] = end - 3
         if i % 6 == 3:
             kw["active"] = ActiveSegment(start - 5, NOW + start * 7_000 - 50_000, 700)
+        elif i % 6 == 0:  # an active segment that holds the whole range
+            kw.update(active=ActiveSegment(start - 2, NOW + start * 7_000 - 1_000, 10),
+                      segment_bytes=100_000, roll_ms=10_000_000)
         plans.append(_plan(root, topic, i, start, end, **kw))
         batches.append([] if i == 11 else [_batch(topic, i, range(start, end), rng)])
     return plans, batches
@@ -89,12 +92,20 @@ def _described(results: list[RangeResult]) -> list[tuple[Any, ...]]:
     return out
 
 
-def test_many_ranges_at_once_write_the_files_each_alone_would(tmp_path: Path) -> None:
+appender_taken = appender._Taken
+
+
+def test_many_ranges_at_once_write_the_files_each_alone_would(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone_root, together_root = tmp_path / "alone", tmp_path / "together"
     plans, batches = _cases(alone_root)
     alone = [append_batches(p, b) for p, b in zip(plans, batches, strict=True)]
     plans, batches = _cases(together_root)
+    taken: list[appender._Taken] = []
+    monkeypatch.setattr(appender, "_Taken", lambda *a: taken.append(appender_taken(*a))
+                        or taken[-1])
     together = append_ranges(plans, batches)
+    assert len(taken) >= 3  # ranges written straight from the task's rows, beside the others
     assert _described(together) == _described(alone)
     assert _files(together_root) == _files(alone_root)
     described = _described(alone)

@@ -88,3 +88,30 @@ def test_assign_batch_equals_assign_however_the_stream_is_cut(records, cuts, seg
                                    np.array(sizes[start:end], dtype=np.int64)).tolist()
         start = end
     assert got == expected
+
+
+@given(
+    records=st.lists(st.tuples(st.integers(-300, 300), st.integers(0, 120)), min_size=1,
+                     max_size=30),
+    active=st.tuples(st.integers(-300, 300), st.integers(1, 400)),
+    segment_bytes=st.integers(14, 1_000),
+    roll_ms=st.integers(1, 600),
+)
+def test_take_counts_records_in_the_active_segment_only_when_none_would_roll(
+        records, active, segment_bytes, roll_ms) -> None:
+    stamps = [1_000 + ts for ts, _ in records]
+    sizes = [size for _, size in records]
+    offsets = list(range(100, 100 + len(records)))
+    segment = ActiveSegment(50, 1_000 + active[0], active[1])
+    exact = SegmentRoller(segment, segment_bytes, roll_ms)
+    bases = exact.assign(offsets, stamps, sizes)
+    taking = SegmentRoller(segment, segment_bytes, roll_ms)
+    taken = taking.take(sum(sizes), min(stamps), max(stamps))
+    fits = active[1] + sum(sizes) <= segment_bytes \
+        and max(stamps) - min(segment.first_timestamp_ms, *stamps) <= roll_ms
+    assert taken == (50 if fits else None)
+    if taken is None:
+        return
+    assert bases == [50] * len(records)  # nothing rolled, as take said
+    after = [offsets[-1] + 1], [max(stamps) + roll_ms // 2], [segment_bytes // 3]
+    assert taking.assign(*after) == exact.assign(*after)  # and it counted them the same
