@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import tempfile
@@ -73,11 +74,18 @@ def add_action(f: WrittenFile, now_ms: int, data_change: bool = True) -> AddActi
 
 
 def _iso_ms(ms: int) -> str | None:
+    """Milliseconds since the epoch as Delta's timestamp statistic; None past year 9999."""
     try:
-        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+        return _iso_second(ms // 1000) + f".{ms % 1000:03d}Z"
     except OverflowError:
         return None
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+# A micro-batch's files' timestamps fall within a few seconds: each second is formatted once.
+@functools.lru_cache(maxsize=4096)
+def _iso_second(seconds: int) -> str:
+    stamp = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _bounds(column: pa.Array | pa.ChunkedArray) -> tuple[int, int] | None:

@@ -266,11 +266,15 @@ def data_file(path: str, size: int, partition: int, segment: int, first_offset: 
 
 
 def _iso_ms(value: object) -> int | None:
+    """A timestamp statistic (ISO 8601, or a number of milliseconds) in milliseconds."""
     if value is None:
         return None
     if isinstance(value, int | float):
         return int(value)
-    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    text = str(value)
+    if len(text) == 24 and text[19] == "." and text[23] == "Z" and text[20:23].isdigit():
+        return _second_ms(text[:19]) + int(text[20:23])  # as this writer formats them
+    stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
     return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
@@ -291,6 +295,13 @@ def file_from_add(add: dict[str, Any]) -> DataFile:
         None if horizon is None else int(horizon),
         None if modified is None else int(modified),
     )
+
+
+# A commit's files' timestamps fall within a few seconds: each second is parsed once.
+@functools.lru_cache(maxsize=4096)
+def _second_ms(text: str) -> int:
+    stamp = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
 
 
 def _files_from_actions(actions: pa.Table) -> list[DataFile]:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
 
 from compactor.kafka.schema import KAFKA_SCHEMA
 from compactor.lake.datafiles import (
@@ -122,3 +124,23 @@ def test_statistics_match_arrows_for_negative_null_and_mixed_columns() -> None:
     assert stats["nullCount"] == {"offset": 0, "timestamp": 1, "deleteHorizonMs": 2}
     assert stats["numRecords"] == 4
 
+
+
+@given(st.integers(-62_135_596_800_000 - 10**6, 253_402_300_799_999 + 10**6))
+def test_timestamp_statistics_read_back_as_the_milliseconds_written(ms: int) -> None:
+    """A file's timestamp statistic is written as Delta's ISO text (formatted a second at a
+    time) and read back from a commit as the same milliseconds; beyond year 9999 there is
+    none, as Python's datetime has none."""
+    import datetime as dt
+
+    from compactor.lake.datafiles import _iso_ms
+    from compactor.lake.segments import _iso_ms as parsed
+
+    try:
+        stamp = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    except OverflowError:
+        assert _iso_ms(ms) is None
+        return
+    text = _iso_ms(ms)
+    assert text == stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    assert parsed(text) == ms
