@@ -6,9 +6,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from compactor.exceptions import LakeError
 from compactor.lake.datafiles import COMPRESS_FROM, NON_PII_STATS, write_data_file
-from compactor.lake.log_files import _TOGETHER_FROM, LogPart, write_log_files, write_logs
+from compactor.lake.log_files import (
+    _TOGETHER_FROM,
+    LogGroup,
+    LogPart,
+    write_log_files,
+    write_log_rows,
+    write_logs,
+)
 from compactor.lake.storage import LOCAL
 from tests.unit.lake.test_datafiles import _rows
 
@@ -77,3 +86,31 @@ def test_log_files_of_several_topics_written_together_land_in_their_own_logs(
         assert pq.read_table(path).equals(part.table)
         assert [g.name for g in path.parent.iterdir()] == [path.name]
     assert sorted(p.name for p in (tmp_path / "lake").iterdir()) == ["orders", "orders.v2", "x-y"]
+
+
+def test_groups_of_rows_across_tables_are_written_as_their_parts_would_be(
+        tmp_path: Path) -> None:
+    """Row groups taken in turn from a few tables (one table of many small groups, then
+    tables of one group, one of them compressed) give each group's file as its own part
+    would; groups that do not match the rows given are refused before anything is written."""
+    shared = [_rows(list(range(100 * i, 100 * i + 2))) for i in range(_TOGETHER_FROM + 3)]
+    alone = [_rows(list(range(5000, 5003))), _rows(list(range(6000, 8000)))]
+    root = str(tmp_path / "rows" / "log")
+    groups = [LogGroup(root, i, 0, 2, 50 + i) for i in range(len(shared))] + [
+        LogGroup(root, 90, 5, 3, 70), LogGroup(root, 91, 6, 2000, COMPRESS_FROM)]
+    written = write_log_rows([pa.concat_tables(shared), *alone], groups, storage=LOCAL)
+    parts = [LogPart(g.partition, g.segment, t, g.record_bytes)
+             for g, t in zip(groups, [*shared, *alone], strict=True)]
+    expected = write_log_files(str(tmp_path / "parts" / "log"), parts, storage=LOCAL)
+    assert [(f.path.rsplit(".", 2)[0], f.stats, f.records, f.record_bytes) for f in written] \
+        == [(f.path.rsplit(".", 2)[0], f.stats, f.records, f.record_bytes) for f in expected]
+    for f, part in zip(written, parts, strict=True):
+        assert pq.read_table(Path(root) / f.path).equals(part.table)
+
+    refused = str(tmp_path / "refused" / "log")
+    with pytest.raises(LakeError, match="do not hold"):
+        write_log_rows([shared[0]], [LogGroup(refused, 1, 0, 3, 10)], storage=LOCAL)
+    with pytest.raises(LakeError, match="not all in one table"):
+        write_log_rows(shared[:2], [LogGroup(refused, 1, 0, 1, 10),
+                                    LogGroup(refused, 2, 0, 3, 10)], storage=LOCAL)
+    assert not (tmp_path / "refused").exists()
