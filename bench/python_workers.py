@@ -1,0 +1,87 @@
+"""What a Spark job's round trip to its Python workers costs, over loopback TCP and over a
+Unix socket (``spark.python.unix.domain.socket.enabled``, the session's default).
+
+    python bench/python_workers.py            # 3 sessions of each kind, alternating
+    python bench/python_workers.py --rounds 5 --jobs 60
+
+Each session (a process of its own, the product's ``build_session`` with only that key set)
+runs ``--jobs`` jobs of each shape after a warm-up, one at a time as micro-batches do:
+
+- ``empty``: two tasks that return a number, the fixed cost every micro-batch pays;
+- ``results``: two tasks that each return 200 results of 500 bytes, about what a write task
+  over hundreds of partitions sends back.
+
+Prints each shape's median job time per kind and the Unix socket's ratio to TCP.
+Prints figures, never asserts: it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+KINDS = {"tcp": "false", "unix socket": "true"}
+_SHAPES = ("empty", "results")
+
+
+def _empty(task: list[int]) -> list[int]:
+    return [len(task)]
+
+
+def _results(task: list[int]) -> list[bytes]:
+    return [bytes(500) for _ in range(200)]
+
+
+def session_run(enabled: str, jobs: int) -> dict[str, float]:
+    """Median seconds of a job of each shape in a new session with the key set to
+    ``enabled``."""
+    from streaming.session import PYTHON_UNIX_SOCKET, build_session
+
+    spark = build_session({PYTHON_UNIX_SOCKET: enabled})
+    context = spark.sparkContext
+    out: dict[str, float] = {}
+    for shape, task in (("empty", _empty), ("results", _results)):
+        times = []
+        for i in range(jobs + 10):  # the first ten warm the workers and the JVM up
+            started = time.perf_counter()
+            context.parallelize([[1], [2]], 2).flatMap(task).collect()
+            if i >= 10:
+                times.append(time.perf_counter() - started)
+        out[shape] = statistics.median(times)
+    spark.stop()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="sessions of each kind")
+    ap.add_argument("--jobs", type=int, default=40, help="jobs of each shape per session")
+    ap.add_argument("--session", choices=list(KINDS.values()), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.session is not None:  # one session, in the process the parent started
+        print(json.dumps(session_run(args.session, args.jobs)))
+        return
+    seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    for _ in range(args.rounds):
+        for kind, enabled in KINDS.items():
+            done = subprocess.run([sys.executable, __file__, "--session", enabled, "--jobs",
+                                   str(args.jobs)], capture_output=True, text=True, check=True)
+            seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{args.rounds} sessions of each kind, {args.jobs} jobs of each shape per session; "
+          "median of the sessions' medians")
+    print(f"{'job':<10}{'tcp ms':>10}{'unix socket ms':>16}{'ratio':>8}")
+    for shape in _SHAPES:
+        tcp, unix = (statistics.median(r[shape] for r in seen[k]) * 1000 for k in KINDS)
+        print(f"{shape:<10}{tcp:>10.1f}{unix:>16.1f}{unix / tcp:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
