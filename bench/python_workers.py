@@ -1,5 +1,5 @@
-"""What a Spark job's round trip to its Python workers costs, over loopback TCP and over a
-Unix socket (``spark.python.unix.domain.socket.enabled``, the session's default).
+"""What a Spark job's round trip to its Python workers costs, over loopback TCP (Spark's
+default, and the session's) and over a Unix socket (``spark.python.unix.domain.socket.enabled``).
 
     python bench/python_workers.py            # 3 sessions of each kind, alternating
     python bench/python_workers.py --rounds 5 --jobs 60
@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
 KINDS = {"tcp": "false", "unix socket": "true"}
 _SHAPES = ("empty", "results")
 
@@ -42,9 +43,9 @@ def _results(task: list[int]) -> list[bytes]:
 def session_run(enabled: str, jobs: int) -> dict[str, float]:
     """Median seconds of a job of each shape in a new session with the key set to
     ``enabled``."""
-    from streaming.session import PYTHON_UNIX_SOCKET, build_session
+    from streaming.session import build_session
 
-    spark = build_session({PYTHON_UNIX_SOCKET: enabled})
+    spark = build_session({UNIX_SOCKET: enabled})
     context = spark.sparkContext
     out: dict[str, float] = {}
     for shape, task in (("empty", _empty), ("results", _results)):

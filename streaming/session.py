@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -52,10 +51,6 @@ def _default_pool() -> str:
 # spark.driver.extraJavaOptions, which the JVM reads after these.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
-# Python workers talk to the JVM over a Unix socket: over loopback TCP a small task's round trip
-# stalled on a delayed acknowledgement, a fixed wait in every micro-batch (bench/README.md).
-PYTHON_UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
-
 # Small, predictable defaults for one machine; every key can be overridden with spark.*.
 DEFAULTS = {
     "spark.master": "local[*]",
@@ -79,7 +74,6 @@ DEFAULTS = {
     "spark.broadcast.blockSize": "1m",
     # Workers on other machines import the product, never a folder of the job's directory.
     "spark.executorEnv.PYTHONSAFEPATH": "1",
-    **({PYTHON_UNIX_SOCKET: "true"} if hasattr(socket, "AF_UNIX") else {}),
 }
 
 # glibc keeps what the JVM frees natively unless it is trimmed (bench/README.md); the JVM

@@ -12,7 +12,6 @@ from streaming.session import (
     ARROW_POOL,
     DEFAULTS,
     DRIVER_MEMORY,
-    PYTHON_UNIX_SOCKET,
     SOURCE_LOOKUP,
     driver_memory,
     heap_floor_mib,
@@ -23,15 +22,6 @@ def _backend(_: int) -> str:
     import pyarrow
 
     return str(pyarrow.default_memory_pool().backend_name)
-
-
-def _unix_sockets(_: int) -> int:
-    """How many of this worker's open sockets are Unix sockets (Linux's /proc)."""
-    with open("/proc/net/unix") as table:
-        unix = {line.split()[6] for line in list(table)[1:]}
-    links = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-             if os.path.islink(f"/proc/self/fd/{fd}")]
-    return sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in unix)
 
 
 def _vm_options(spark: Any) -> Any:
@@ -46,14 +36,6 @@ def test_driver_and_workers_allocate_arrow_memory_from_the_sessions_pool(spark: 
     assert pa.default_memory_pool().backend_name == DEFAULTS[ARROW_POOL]
     workers = spark.sparkContext.parallelize(range(4), 4).map(_backend).collect()
     assert workers == [DEFAULTS[ARROW_POOL]] * 4
-
-
-def test_python_workers_talk_to_the_jvm_over_a_unix_socket(spark: Any) -> None:
-    """Over loopback TCP each small task's round trip waited on a delayed acknowledgement, a
-    fixed wait in every micro-batch; the session's workers are connected by Unix sockets."""
-    assert spark.sparkContext.getConf().get(PYTHON_UNIX_SOCKET) == "true"
-    sockets = spark.sparkContext.parallelize(range(2), 2).map(_unix_sockets).collect()
-    assert all(n >= 1 for n in sockets), sockets
 
 
 def test_sparks_per_task_buffers_are_ordinary_objects_in_the_driver_jvm(spark: Any) -> None:
