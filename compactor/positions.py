@@ -45,6 +45,7 @@ The app ids are part of the lake's format: never rename them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from deltalake import DeltaTable, Transaction
@@ -60,7 +61,7 @@ class Position:
 
     def id(self, partition: int | None = None, topic: str | None = None) -> str:
         """The app id of one instance (one partition, and one topic for downstream tables)."""
-        return self.app_id.format(partition=partition, topic=topic)
+        return _app_id(self.app_id, partition, topic)
 
     def read(self, table: DeltaTable, partition: int | None = None,
              topic: str | None = None) -> int | None:
@@ -111,3 +112,9 @@ ALL = (INGEST, CLEANER, REWRITE, TABLE, RETAINED, TYPED, LEDGER, PRUNED, PRUNED_
 def query_checkpoint(checkpoint_path: str) -> str:
     """The mirror query's Spark checkpoint directory under ``checkpoint.path``."""
     return f"{checkpoint_path.rstrip('/')}/mirror"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _app_id(template: str, partition: int | None, topic: str | None) -> str:
+    # Looked up per partition at every view of a log: formatted once.
+    return template.format(partition=partition, topic=topic)

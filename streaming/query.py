@@ -32,6 +32,7 @@ from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
 from compactor.lake.log_follower import log_view
+from compactor.lake.range_reader import WrittenTombstones
 from compactor.lake.written_records import WrittenLog
 from compactor.positions import query_checkpoint
 from compactor.tasks import task_groups
@@ -179,10 +180,12 @@ class Mirror:
             self.written.add(r.records for r in results if r.records is not None)
             self._rejected_read.update((p.topic, p.partition) for p in plans)
             committed = time.monotonic()
+            carried: dict[str, dict[int, WrittenTombstones]] = {}
+            for r in results:
+                if r.tombstones is not None:
+                    carried.setdefault(r.topic, {})[r.partition] = r.tombstones
             for topic in sorted(stats):
-                carried = {r.partition: r.tombstones for r in results
-                           if r.topic == topic and r.tombstones is not None}
-                erased = self.readers.catch_up(topic, carried).erased
+                erased = self.readers.catch_up(topic, carried.get(topic, {})).erased
                 if erased:
                     for hook in self.table_hooks:
                         hook(topic)

@@ -35,6 +35,7 @@ Protocol of :meth:`LogFollower.view` (under the follower's lock):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -399,6 +400,7 @@ class LogFollower:
         self._dirty.clear()
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _partition_of(template: str, app_id: str) -> int | None:
     prefix = template.split("{", 1)[0]
     rest = app_id[len(prefix):] if app_id.startswith(prefix) else ""
