@@ -85,7 +85,8 @@ def _iso_ms(ms: int) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _iso_second(seconds: int) -> str:
     stamp = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    # Four digits of year, as Delta writes them (glibc's %Y drops the zeros before year 1000).
+    return f"{stamp.year:04d}" + stamp.strftime("-%m-%dT%H:%M:%S")
 
 
 def _bounds(column: pa.Array | pa.ChunkedArray) -> tuple[int, int] | None:

@@ -274,6 +274,9 @@ def _iso_ms(value: object) -> int | None:
     text = str(value)
     if len(text) == 24 and text[19] == "." and text[23] == "Z" and text[20:23].isdigit():
         return _second_ms(text[:19]) + int(text[20:23])  # as this writer formats them
+    year, dash, rest = text.partition("-")
+    if dash and year.isdigit() and len(year) < 4:  # an older writer's year before 1000
+        text = f"{year.zfill(4)}-{rest}"
     stamp = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)

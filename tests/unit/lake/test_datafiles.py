@@ -142,5 +142,19 @@ def test_timestamp_statistics_read_back_as_the_milliseconds_written(ms: int) -> 
         assert _iso_ms(ms) is None
         return
     text = _iso_ms(ms)
-    assert text == stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    assert text == (f"{stamp.year:04d}" + stamp.strftime("-%m-%dT%H:%M:%S.")
+                    + f"{stamp.microsecond // 1000:03d}Z")
     assert parsed(text) == ms
+
+
+def test_a_year_before_1000_is_written_with_four_digits_and_read_either_way() -> None:
+    """Delta writes four digits of year; a statistic an older version of this writer left
+    with fewer (glibc's %Y) reads back as the same milliseconds."""
+    from compactor.lake.datafiles import _iso_ms
+    from compactor.lake.segments import _iso_ms as parsed
+
+    ms = -30_610_224_000_001  # 0999-12-31T23:59:59.999Z
+    assert _iso_ms(ms) == "0999-12-31T23:59:59.999Z"
+    assert parsed("0999-12-31T23:59:59.999Z") == ms
+    assert parsed("999-12-31T23:59:59.999Z") == ms
+    assert parsed("1-01-01T00:00:00.000Z") == -62_135_596_800_000
