@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
 KINDS = {"tcp": "false", "unix socket": "true"}
-_SHAPES = ("empty", "results")
 
 
 def _empty(task: list[int]) -> list[int]:
@@ -40,6 +39,9 @@ def _results(task: list[int]) -> list[bytes]:
     return [bytes(500) for _ in range(200)]
 
 
+_SHAPES = {"empty": _empty, "results": _results}
+
+
 def session_run(enabled: str, jobs: int) -> dict[str, float]:
     """Median seconds of a job of each shape in a new session with the key set to
     ``enabled``."""
@@ -48,7 +50,7 @@ def session_run(enabled: str, jobs: int) -> dict[str, float]:
     spark = build_session({UNIX_SOCKET: enabled})
     context = spark.sparkContext
     out: dict[str, float] = {}
-    for shape, task in (("empty", _empty), ("results", _results)):
+    for shape, task in _SHAPES.items():
         times = []
         for i in range(jobs + 10):  # the first ten warm the workers and the JVM up
             started = time.perf_counter()
