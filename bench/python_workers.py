@@ -1,17 +1,18 @@
-"""What a Spark job's round trip to its Python workers costs, over loopback TCP (Spark's
-default, and the session's) and over a Unix socket (``spark.python.unix.domain.socket.enabled``).
+"""What a Spark job's round trip to its Python workers costs: over loopback TCP with PySpark's
+own worker daemon (Spark's default), over TCP with the session's ``streaming.worker_daemon``
+(quick acknowledgements), and over a Unix socket (``spark.python.unix.domain.socket.enabled``).
 
     python bench/python_workers.py            # 3 sessions of each kind, alternating
     python bench/python_workers.py --rounds 5 --jobs 60
 
-Each session (a process of its own, the product's ``build_session`` with only that key set)
+Each session (a process of its own, the product's ``build_session`` with that kind's keys)
 runs ``--jobs`` jobs of each shape after a warm-up, one at a time as micro-batches do:
 
 - ``empty``: two tasks that return a number, the fixed cost every micro-batch pays;
 - ``results``: two tasks that each return 200 results of 500 bytes, about what a write task
   over hundreds of partitions sends back.
 
-Prints each shape's median job time per kind and the Unix socket's ratio to TCP.
+Prints each shape's median job time per kind and each kind's ratio to PySpark's daemon.
 Prints figures, never asserts: it is not a test.
 """
 
@@ -27,8 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+DAEMON = "spark.python.daemon.module"
 UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
-KINDS = {"tcp": "false", "unix socket": "true"}
+KINDS = {
+    "pyspark daemon": {DAEMON: "pyspark.daemon"},
+    "session": {},
+    "unix socket": {DAEMON: "pyspark.daemon", UNIX_SOCKET: "true"},
+}
 
 
 def _empty(task: list[int]) -> list[int]:
@@ -42,12 +48,11 @@ def _results(task: list[int]) -> list[bytes]:
 _SHAPES = {"empty": _empty, "results": _results}
 
 
-def session_run(enabled: str, jobs: int) -> dict[str, float]:
-    """Median seconds of a job of each shape in a new session with the key set to
-    ``enabled``."""
+def session_run(kind: str, jobs: int) -> dict[str, float]:
+    """Median seconds of a job of each shape in a new session with ``kind``'s keys."""
     from streaming.session import build_session
 
-    spark = build_session({UNIX_SOCKET: enabled})
+    spark = build_session(KINDS[kind])
     context = spark.sparkContext
     out: dict[str, float] = {}
     for shape, task in _SHAPES.items():
@@ -67,23 +72,23 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="sessions of each kind")
     ap.add_argument("--jobs", type=int, default=40, help="jobs of each shape per session")
-    ap.add_argument("--session", choices=list(KINDS.values()), help=argparse.SUPPRESS)
+    ap.add_argument("--session", choices=list(KINDS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.session is not None:  # one session, in the process the parent started
         print(json.dumps(session_run(args.session, args.jobs)))
         return
     seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     for _ in range(args.rounds):
-        for kind, enabled in KINDS.items():
-            done = subprocess.run([sys.executable, __file__, "--session", enabled, "--jobs",
+        for kind in KINDS:
+            done = subprocess.run([sys.executable, __file__, "--session", kind, "--jobs",
                                    str(args.jobs)], capture_output=True, text=True, check=True)
             seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"{args.rounds} sessions of each kind, {args.jobs} jobs of each shape per session; "
           "median of the sessions' medians")
-    print(f"{'job':<10}{'tcp ms':>10}{'unix socket ms':>16}{'ratio':>8}")
+    print(f"{'job':<10}" + "".join(f"{kind + ' ms':>20}{'ratio':>8}" for kind in KINDS))
     for shape in _SHAPES:
-        tcp, unix = (statistics.median(r[shape] for r in seen[k]) * 1000 for k in KINDS)
-        print(f"{shape:<10}{tcp:>10.1f}{unix:>16.1f}{unix / tcp:>7.2f}x")
+        ms = [statistics.median(r[shape] for r in seen[kind]) * 1000 for kind in KINDS]
+        print(f"{shape:<10}" + "".join(f"{m:>20.1f}{m / ms[0]:>7.2f}x" for m in ms))
 
 
 if __name__ == "__main__":

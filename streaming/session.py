@@ -59,6 +59,8 @@ DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.python.worker.reuse": "true",
+    # A short task must not wait on TCP delays between the JVM and its worker (worker_daemon).
+    "spark.python.daemon.module": "streaming.worker_daemon",
     # A query that runs for months makes one SQL execution, job and stage per micro-batch;
     # the UI keeps 1,000 of each by default, and its listener's work grows with them.
     "spark.sql.ui.retainedExecutions": "50",

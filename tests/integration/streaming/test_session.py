@@ -88,3 +88,18 @@ def test_the_driver_jvm_starts_no_search_for_other_python_data_sources(spark: An
     named = spark.sparkContext._jvm.java.lang.System.getenv(SOURCE_LOOKUP)
     assert named and shutil.which(named) is None, named
     assert os.environ.get(SOURCE_LOOKUP) != named
+
+
+def _daemon(_: int) -> tuple[str, bool]:
+    import sys
+
+    main = sys.modules["__main__"].__spec__
+    daemon = sys.modules.get("pyspark.daemon")
+    hooked = daemon is not None and hasattr(daemon.worker, "__wrapped__")
+    return (main.name if main else "", hooked)
+
+
+def test_tasks_run_in_workers_of_the_daemon_without_tcp_delays(spark: Any) -> None:
+    """Every task's worker is forked from streaming.worker_daemon, with its hook in place."""
+    workers = spark.sparkContext.parallelize(range(4), 4).map(_daemon).collect()
+    assert workers == [("streaming.worker_daemon", True)] * 4
