@@ -51,6 +51,8 @@ def _default_pool() -> str:
 # spark.driver.extraJavaOptions, which the JVM reads after these.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 
+CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
+
 # Small, predictable defaults for one machine; every key can be overridden with spark.*.
 DEFAULTS = {
     "spark.master": "local[*]",
@@ -61,6 +63,9 @@ DEFAULTS = {
     "spark.python.worker.reuse": "true",
     # A short task must not wait on TCP delays between the JVM and its worker (worker_daemon).
     "spark.python.daemon.module": "streaming.worker_daemon",
+    # Hadoop FileContext's rename starts a readlink process per file it checks (bench/README.md).
+    CHECKPOINT_FILES: "org.apache.spark.sql.execution.streaming.checkpointing."
+                      "FileSystemBasedCheckpointFileManager",
     # A query that runs for months makes one SQL execution, job and stage per micro-batch;
     # the UI keeps 1,000 of each by default, and its listener's work grows with them.
     "spark.sql.ui.retainedExecutions": "50",

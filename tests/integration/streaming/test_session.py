@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from streaming.session import (
     ARROW_POOL,
+    CHECKPOINT_FILES,
     DEFAULTS,
     DRIVER_MEMORY,
     SOURCE_LOOKUP,
@@ -103,3 +105,20 @@ def test_tasks_run_in_workers_of_the_daemon_without_tcp_delays(spark: Any) -> No
     """Every task's worker is forked from streaming.worker_daemon, with its hook in place."""
     workers = spark.sparkContext.parallelize(range(4), 4).map(_daemon).collect()
     assert workers == [("streaming.worker_daemon", True)] * 4
+
+
+def test_query_logs_are_written_through_the_sessions_checkpoint_manager(spark: Any,
+                                                                         tmp_path: Path) -> None:
+    """Spark makes each query's offset and commit logs with the manager the session names,
+    which this Spark has and which writes a log file whole, under its final name."""
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    log = jvm.org.apache.hadoop.fs.Path(tmp_path.as_uri())
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing \
+        .CheckpointFileManager.create(log, conf)
+    assert manager.getClass().getName() == DEFAULTS[CHECKPOINT_FILES]
+    written = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(log, "0"), False)
+    written.write(bytearray(b"v1\n{}"))
+    written.close()
+    assert (tmp_path / "0").read_bytes() == b"v1\n{}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

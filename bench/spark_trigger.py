@@ -1,0 +1,126 @@
+"""What Spark's own steps add to each trigger of a mirror: its offset log (``walCommit``) and
+commit log (``commitOffsets``), written with Hadoop's FileContext (Spark's default checkpoint
+manager) and with FileSystem (``spark.sql.streaming.checkpointFileManagerClass``, the
+session's).
+
+    python bench/spark_trigger.py              # 2 sessions of each kind, alternating, 60 s each
+    python bench/spark_trigger.py --rounds 3 --seconds 90
+
+Each session (a process of its own) starts an Apache Kafka broker, a 4-partition topic with a
+producer sending 200 records a second, and ``compactor run``'s engine with a 2 s trigger and
+that kind's checkpoint manager. From Spark's progress of the triggers after the first five it
+prints the median of each step, and the mirror's own micro-batch, per kind, with the
+session's ratio to FileContext's. Prints figures, never asserts: it is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MANAGERS = "org.apache.spark.sql.execution.streaming.checkpointing."
+KINDS = {
+    "FileContext": {"spark.sql.streaming.checkpointFileManagerClass":
+                    MANAGERS + "FileContextBasedCheckpointFileManager"},
+    "session": {},
+}
+STEPS = ("triggerExecution", "latestOffset", "queryPlanning", "walCommit", "addBatch",
+         "commitOffsets")
+
+
+def session_run(kind: str, seconds: float) -> dict[str, float]:
+    """Median milliseconds of Spark's steps, and of the mirror's batch, in one session."""
+    import logging
+
+    from confluent_kafka import Producer
+    from pyspark.sql import SparkSession
+    from soak_producer import mirror_config
+    from workloads import create_topic, start_broker
+
+    from streaming.service import Service
+
+    batches: dict[int, float] = {}
+
+    class Batches(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            steps = getattr(record, "steps", None)
+            if isinstance(steps, dict):
+                batches[getattr(record, "batch_id", -1)] = sum(steps.values()) * 1000
+
+    logging.basicConfig(level=logging.WARNING)
+    logger = logging.getLogger("streaming.query")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Batches())
+    work = Path(tempfile.mkdtemp(prefix="spark-trigger-"))
+    with start_broker("kafka", work) as broker:
+        servers = broker.bootstrap_servers
+        create_topic(servers, "t", 4)
+        stop = threading.Event()
+
+        def produce() -> None:
+            producer = Producer({"bootstrap.servers": servers})
+            sent = 0
+            while not stop.is_set():
+                for _ in range(200):
+                    producer.produce("t", b"v" * 100, b"k%d" % (sent % 1000))
+                    sent += 1
+                producer.flush()
+                stop.wait(1)
+
+        threading.Thread(target=produce, daemon=True).start()
+        service = Service(mirror_config(servers, work, ["t"], **{
+            "trigger.interval.ms": "2000", **KINDS[kind]}))
+        runner = threading.Thread(target=service.run, daemon=True)
+        runner.start()
+        time.sleep(seconds)
+        session: Any = SparkSession._instantiatedSession
+        progress = session.streams.active[0].recentProgress
+        stop.set()
+        service.request_stop()
+        runner.join(120)
+    rows = [p for p in progress if p["batchId"] > 5 and p["batchId"] in batches]
+    out = {step: statistics.median(p["durationMs"].get(step, 0) for p in rows) for step in STEPS}
+    out["mirror batch"] = statistics.median(batches[p["batchId"]] for p in rows)
+    out["triggers"] = len(rows)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=2, help="sessions of each kind")
+    ap.add_argument("--seconds", type=float, default=60.0, help="measured per session")
+    ap.add_argument("--session", choices=list(KINDS), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.session is not None:  # one session, in the process the parent started
+        print(json.dumps(session_run(args.session, args.seconds)))
+        return
+    seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    for _ in range(args.rounds):
+        for kind in KINDS:
+            done = subprocess.run([sys.executable, __file__, "--session", kind, "--seconds",
+                                   str(args.seconds)], capture_output=True, text=True, check=True)
+            seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    triggers = {kind: sum(int(r["triggers"]) for r in seen[kind]) for kind in KINDS}
+    print(f"{args.rounds} sessions of each kind, {args.seconds:.0f} s each; triggers measured "
+          f"{triggers}; median of the sessions' medians, ms")
+    print(f"{'step':<18}" + "".join(f"{kind:>14}" for kind in KINDS) + f"{'ratio':>8}")
+    for step in (*STEPS, "mirror batch"):
+        ms = [statistics.median(r[step] for r in seen[kind]) for kind in KINDS]
+        ratio = f"{ms[1] / ms[0]:>7.2f}x" if ms[0] else f"{'-':>8}"
+        print(f"{step:<18}" + "".join(f"{m:>14.1f}" for m in ms) + ratio)
+
+
+if __name__ == "__main__":
+    main()
