@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workloads import alternate_sessions  # noqa: E402
 
 DAEMON = "spark.python.daemon.module"
 UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
@@ -77,12 +79,7 @@ def main() -> None:
     if args.session is not None:  # one session, in the process the parent started
         print(json.dumps(session_run(args.session, args.jobs)))
         return
-    seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    for _ in range(args.rounds):
-        for kind in KINDS:
-            done = subprocess.run([sys.executable, __file__, "--session", kind, "--jobs",
-                                   str(args.jobs)], capture_output=True, text=True, check=True)
-            seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    seen = alternate_sessions(__file__, KINDS, args.rounds, "--jobs", str(args.jobs))
     print(f"{args.rounds} sessions of each kind, {args.jobs} jobs of each shape per session; "
           "median of the sessions' medians")
     print(f"{'job':<10}" + "".join(f"{kind + ' ms':>20}{'ratio':>8}" for kind in KINDS))

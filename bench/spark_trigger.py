@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workloads import alternate_sessions, create_topic, start_broker  # noqa: E402
 
 MANAGERS = "org.apache.spark.sql.execution.streaming.checkpointing."
 KINDS = {
@@ -46,7 +47,6 @@ def session_run(kind: str, seconds: float) -> dict[str, float]:
     from confluent_kafka import Producer
     from pyspark.sql import SparkSession
     from soak_producer import mirror_config
-    from workloads import create_topic, start_broker
 
     from streaming.service import Service
 
@@ -106,12 +106,7 @@ def main() -> None:
     if args.session is not None:  # one session, in the process the parent started
         print(json.dumps(session_run(args.session, args.seconds)))
         return
-    seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    for _ in range(args.rounds):
-        for kind in KINDS:
-            done = subprocess.run([sys.executable, __file__, "--session", kind, "--seconds",
-                                   str(args.seconds)], capture_output=True, text=True, check=True)
-            seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    seen = alternate_sessions(__file__, KINDS, args.rounds, "--seconds", str(args.seconds))
     triggers = {kind: sum(int(r["triggers"]) for r in seen[kind]) for kind in KINDS}
     print(f"{args.rounds} sessions of each kind, {args.seconds:.0f} s each; triggers measured "
           f"{triggers}; median of the sessions' medians, ms")

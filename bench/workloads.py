@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,3 +186,16 @@ def peak_rss_mb() -> float:
 
 def cores() -> int:
     return os.cpu_count() or 2
+
+
+def alternate_sessions(script: str, kinds: Iterable[str], rounds: int,
+                       *args: str) -> dict[str, list[dict[str, float]]]:
+    """Run ``script --session KIND ARGS...`` in a process of its own for each kind, ``rounds``
+    times, alternating; each prints its figures as a JSON object on its last line."""
+    seen: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for _ in range(rounds):
+        for kind in seen:
+            done = subprocess.run([sys.executable, script, "--session", kind, *args],
+                                  capture_output=True, text=True, check=True)
+            seen[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return seen
