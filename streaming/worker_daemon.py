@@ -5,9 +5,10 @@ The session names this module in ``spark.python.daemon.module``; Spark starts it
 the worker once per task. Over loopback TCP, Nagle's algorithm holds a small write back until
 the other side acknowledges the one before, and Linux delays that acknowledgement: the JVM
 sends a task in several small writes, and a worker returns a large result in more than one,
-so a short task waited out the delay (bench/README.md, "Python workers over TCP"). Before each
-task the daemon puts the worker's socket in quick-ack mode (Linux leaves it again on its own,
-so it is set every time) and turns Nagle's algorithm off for the worker's writes.
+so a short task waited out the delay (bench/README.md, "Python workers without TCP
+delays"). Before each task the daemon puts the worker's socket in quick-ack mode (Linux
+leaves it again on its own, so it is set every time) and turns Nagle's algorithm off for the
+worker's writes.
 """
 
 from __future__ import annotations
