@@ -92,17 +92,20 @@ def _operator_answers(port: int, conf: Path) -> dict[str, float]:
     return {"metrics s": metrics_s, "status s": time.monotonic() - started}
 
 
-class _BatchTimes(logging.Handler):
-    """The mirror's own record of each micro-batch (streaming.query's ``steps``)."""
+class BatchTimes(logging.Handler):
+    """The mirror's own record of each micro-batch (streaming.query's ``steps``): its id,
+    its seconds and its steps."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.ids: list[int] = []
         self.times: list[float] = []
         self.steps: list[dict[str, float]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         steps = getattr(record, "steps", None)
         if isinstance(steps, dict):
+            self.ids.append(getattr(record, "batch_id", -1))
             self.times.append(sum(steps.values()))
             self.steps.append(steps)
 
@@ -136,7 +139,7 @@ def run_case(broker: Any, work: Path, partitions: int, topics: int,
     conf.write_text("".join(f"{k}={v}\n" for k, v in {
         "bootstrap.servers": bootstrap, "topics": ",".join(names),
         "lake.path": str(work / "lake"), "checkpoint.path": str(work / "ckpt")}.items()))
-    times = _BatchTimes()
+    times = BatchTimes()
     logging.getLogger("streaming.query").addHandler(times)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()

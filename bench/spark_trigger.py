@@ -6,11 +6,12 @@ session's).
     python bench/spark_trigger.py              # 2 sessions of each kind, alternating, 60 s each
     python bench/spark_trigger.py --rounds 3 --seconds 90
 
-Each session (a process of its own) starts an Apache Kafka broker, a 4-partition topic with a
-producer sending 200 records a second, and ``compactor run``'s engine with a 2 s trigger and
-that kind's checkpoint manager. From Spark's progress of the triggers after the first five it
-prints the median of each step, and the mirror's own micro-batch, per kind, with the
-session's ratio to FileContext's. Prints figures, never asserts: it is not a test.
+Each session (a process of its own) starts an Apache Kafka broker, a 4-partition topic with
+the soak's producer (a process of its own) sending 200 records a second, and ``compactor
+run``'s engine with a 2 s trigger and that kind's checkpoint manager. From Spark's progress
+of the triggers after the first five it prints the median of each step, and the mirror's own
+micro-batch, per kind, with the session's ratio to FileContext's. Prints figures, never
+asserts: it is not a test.
 """
 
 from __future__ import annotations
@@ -44,41 +45,23 @@ def session_run(kind: str, seconds: float) -> dict[str, float]:
     """Median milliseconds of Spark's steps, and of the mirror's batch, in one session."""
     import logging
 
-    from confluent_kafka import Producer
     from pyspark.sql import SparkSession
-    from soak_producer import mirror_config
+    from scale import BatchTimes
+    from soak_producer import PARTITIONS, Producer, mirror_config
 
     from streaming.service import Service
-
-    batches: dict[int, float] = {}
-
-    class Batches(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            steps = getattr(record, "steps", None)
-            if isinstance(steps, dict):
-                batches[getattr(record, "batch_id", -1)] = sum(steps.values()) * 1000
 
     logging.basicConfig(level=logging.WARNING)
     logger = logging.getLogger("streaming.query")
     logger.setLevel(logging.INFO)
-    logger.addHandler(Batches())
+    times = BatchTimes()
+    logger.addHandler(times)
     work = Path(tempfile.mkdtemp(prefix="spark-trigger-"))
     with start_broker("kafka", work) as broker:
         servers = broker.bootstrap_servers
-        create_topic(servers, "t", 4)
-        stop = threading.Event()
-
-        def produce() -> None:
-            producer = Producer({"bootstrap.servers": servers})
-            sent = 0
-            while not stop.is_set():
-                for _ in range(200):
-                    producer.produce("t", b"v" * 100, b"k%d" % (sent % 1000))
-                    sent += 1
-                producer.flush()
-                stop.wait(1)
-
-        threading.Thread(target=produce, daemon=True).start()
+        create_topic(servers, "t", PARTITIONS)
+        producer = Producer(servers, ["t"], rate=200, keys=1000)
+        producer.start()
         service = Service(mirror_config(servers, work, ["t"], **{
             "trigger.interval.ms": "2000", **KINDS[kind]}))
         runner = threading.Thread(target=service.run, daemon=True)
@@ -86,9 +69,11 @@ def session_run(kind: str, seconds: float) -> dict[str, float]:
         time.sleep(seconds)
         session: Any = SparkSession._instantiatedSession
         progress = session.streams.active[0].recentProgress
-        stop.set()
+        producer.stop.set()
+        producer.join(60)
         service.request_stop()
         runner.join(120)
+    batches = {i: took * 1000 for i, took in zip(times.ids, times.times, strict=True)}
     rows = [p for p in progress if p["batchId"] > 5 and p["batchId"] in batches]
     out = {step: statistics.median(p["durationMs"].get(step, 0) for p in rows) for step in STEPS}
     out["mirror batch"] = statistics.median(batches[p["batchId"]] for p in rows)
