@@ -34,6 +34,8 @@ class TopicConfig:
     vacuum_grace: int = default(TOPIC_KEYS, "vacuum.grace.ms")  # -1: see vacuum_grace_ms
     erasure_ledger_retention_ms: int = default(TOPIC_KEYS, "erasure.ledger.retention.ms")
     table_change_data_feed: bool = default(TOPIC_KEYS, "table.change.data.feed")
+    # The pipeline's trigger.interval.ms: how long a tombstone may wait to reach the lake.
+    trigger_interval_ms: int = 0
     # key -> where its value came from: "topic override", "file", "broker", "broker default",
     # "kafka default". Shown by describe-config.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -84,7 +86,7 @@ class TopicConfig:
         Planned backwards from max.compaction.lag.ms = M: vacuum needs the grace G after the
         cleaning commit, and the pass itself an allowance A, so cleaning is forced at
         M - G - A. Without a max lag this is Kafka's (infinite) max lag. When M is too short
-        for G + A (:attr:`deadline_best_effort`), cleaning is forced at once: 0.
+        for G + A, cleaning is forced at once: 0 (:attr:`deadline_best_effort`).
         """
         if not self.erasure_deadline:
             return self.max_compaction_lag_ms
@@ -92,20 +94,35 @@ class TopicConfig:
 
     @property
     def deadline_best_effort(self) -> bool:
-        """A max lag Kafka accepts but shorter than the vacuum grace plus a pass allowance.
+        """A max lag Kafka accepts but shorter than the vacuum grace plus a pass allowance, or
+        a trigger interval longer than the cleaning lag.
 
         Such a topic is mirrored like any other, its segments roll and are cleaned as soon as
         possible, and its erasures are timed against M as usual (missed ones are counted);
-        only the promise that each is physically gone by M cannot be made.
+        only the promise that each is physically gone by M cannot be made. A tombstone that
+        reaches the lake within the cleaning lag is cleaned on the plan's time; one that waited
+        longer for its micro-batch is cleaned on arrival, a pass and a grace before the vacuum
+        deletes its values, which can be after M.
         """
-        return (self.erasure_deadline and self.max_compaction_lag_ms - self.vacuum_grace_ms
-                - self.pass_allowance_ms <= 0)
+        return self.erasure_deadline and (
+            self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms <= 0
+            or self.trigger_interval_ms > self.cleaning_lag_ms)
 
     @property
     def deadline_warning(self) -> str | None:
         """The warning shown at start, by ``status``, ``describe-config`` and a metric."""
         if not self.deadline_best_effort:
             return None
+        if self.cleaning_lag_ms > 0:
+            return (f"erasure deadline of {self.name} is best effort: trigger.interval.ms="
+                    f"{self.trigger_interval_ms} is longer than the {self.cleaning_lag_ms} ms "
+                    f"that max.compaction.lag.ms={self.max_compaction_lag_ms} leaves before "
+                    f"cleaning is due (less the vacuum grace, {self.vacuum_grace_ms} ms, and a "
+                    f"cleaning pass allowance, {self.pass_allowance_ms} ms), so a tombstone "
+                    "can reach the lake after its partition had to be cleaned; such tombstones "
+                    "are cleaned as they arrive and missed deadlines are counted. For a kept "
+                    f"deadline, lower trigger.interval.ms to {self.cleaning_lag_ms} or less, or "
+                    "raise max.compaction.lag.ms")
         return (f"erasure deadline of {self.name} is best effort: max.compaction.lag.ms="
                 f"{self.max_compaction_lag_ms} is shorter than the vacuum grace "
                 f"({self.vacuum_grace_ms} ms) plus a cleaning pass allowance "

@@ -46,6 +46,7 @@ def resolve_topic(
             f"from {sources['max.compaction.lag.ms']} and {sources['min.compaction.lag.ms']}",
         )
     tc = TopicConfig(name=topic, sources=MappingProxyType(sources),
+                     trigger_interval_ms=config.trigger_interval_ms,
                      **{spec.field: values[name] for name, spec in TOPIC_KEYS.items()})
     isolation = config.kafka.get("isolation.level", "read_committed")
     if tc.compact and isolation == "read_uncommitted":

@@ -40,3 +40,22 @@ def test_a_3_second_max_lag_mirrors_with_a_warning(broker, topic_factory, lake_c
     [t] = json.loads(status.stdout)["topics"]
     assert "best effort" in t["deadline_warning"]
     assert "WARNING: erasure deadline" in compactor("status", "--config", str(conf)).stdout
+
+
+def test_a_trigger_longer_than_the_cleaning_lag_is_warned_about(broker, topic_factory,
+                                                                tmp_path) -> None:
+    # M = 60 s leaves 33 s before cleaning is due; a tombstone may wait 40 s for its batch.
+    topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"})
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "40000"})
+    described = compactor("describe-config", "--config", str(conf), "--json")
+    assert described.returncode == 0, described.stderr[-2000:]
+    warning = json.loads(described.stdout)["warnings"][topic]
+    assert "best effort: trigger.interval.ms=40000" in warning
+    assert "lower trigger.interval.ms to 33000 or less" in warning
+    conf = write_config(tmp_path / "ok.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "30000"})
+    described = compactor("describe-config", "--config", str(conf), "--json")
+    assert topic not in json.loads(described.stdout).get("warnings", {})

@@ -91,6 +91,24 @@ def test_a_kafka_valid_short_max_lag_runs_best_effort_with_a_warning(settings) -
     assert not long.deadline_best_effort and long.deadline_warning is None
 
 
+def test_a_trigger_longer_than_the_cleaning_lag_makes_the_deadline_best_effort() -> None:
+    # M = 60 s: grace 15 s, allowance 12 s, so cleaning is due 33 s after a tombstone.
+    settings = {"cleanup.policy": "compact", "max.compaction.lag.ms": "60000"}
+    kept = resolve_topic(config(**settings, **{"trigger.interval.ms": "33000"}), "orders", {})
+    assert kept.cleaning_lag_ms == 33_000
+    assert not kept.deadline_best_effort and kept.deadline_warning is None
+    late = resolve_topic(config(**settings, **{"trigger.interval.ms": "33001"}), "orders", {})
+    assert late.deadline_best_effort
+    assert late.cleaning_lag_ms == 33_000 == late.roll_ms  # the plan itself is unchanged
+    warning = late.deadline_warning or ""
+    assert "erasure deadline of orders is best effort: trigger.interval.ms=33001" in warning
+    assert "lower trigger.interval.ms to 33000 or less" in warning
+    # Not a topic without a deadline.
+    plain = resolve_topic(config(**{"cleanup.policy": "compact",
+                                    "trigger.interval.ms": "600000"}), "orders", {})
+    assert not plain.deadline_best_effort
+
+
 def test_max_lag_below_min_lag_is_refused_with_key_value_and_rule() -> None:
     with pytest.raises(ConfigError) as info:
         config(**{"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"})
