@@ -93,6 +93,14 @@ class TopicConfig:
         return max(0, self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms)
 
     @property
+    def table_lag_ms(self) -> int:
+        """How long a latest-value table may wait to MERGE a tombstone that reached the lake,
+        for a topic with an erasure deadline: the cleaning lag less the trigger interval the
+        tombstone may have waited for its micro-batch, so that the table's rewrite, like the
+        log's cleaning, is done M - G - A after the tombstone (0: after every micro-batch)."""
+        return max(0, self.cleaning_lag_ms - self.trigger_interval_ms)
+
+    @property
     def deadline_best_effort(self) -> bool:
         """A max lag Kafka accepts but shorter than the vacuum grace plus a pass allowance, or
         a trigger interval longer than the cleaning lag.
@@ -287,15 +295,15 @@ class CompactorConfig:
         Each MERGE rewrites every table file holding a key it touches, so merging after every
         micro-batch writes the table again and again. Merging every few seconds batches those
         rewrites, as Kafka Streams' record cache does with ``commit.interval.ms``. A topic with an
-        erasure deadline never waits past its cleaning lag, so a tombstone leaves the table in time
-        (0 when even that is best effort: after every micro-batch).
+        erasure deadline never waits past its :attr:`TopicConfig.table_lag_ms`, so a tombstone
+        leaves the table in time (0 when even that is best effort: after every micro-batch).
         """
         tc = self.topic(topic)
         interval = self.table_merge_interval_ms
         if interval < 0:
             interval = TABLE_MERGE_DEFAULT_MS
         if tc.erasure_deadline:
-            interval = min(interval, max(0, tc.cleaning_lag_ms))
+            interval = min(interval, tc.table_lag_ms)
         return interval
 
     def kafka_client_config(self) -> dict[str, str]:

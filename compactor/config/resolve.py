@@ -92,12 +92,13 @@ def broker_overrides(entries: Mapping[str, tuple[str | None, bool]]) -> dict[str
 def check_topic(config: CompactorConfig, tc: TopicConfig) -> None:
     """The rules that tie a topic's config to the pipeline's (at start and on a refresh)."""
     if (tc.erasure_deadline and not tc.deadline_best_effort
-            and config.table_merge_interval_ms > tc.cleaning_lag_ms):  # set, not -1
+            and config.table_merge_interval_ms > tc.table_lag_ms):  # set, not -1
         raise ConfigError(
             "table.merge.interval.ms", config.table_merge_interval_ms,
             f"would leave tombstones of {tc.name} unmerged past its erasure deadline: it "
-            f"must be at most {tc.cleaning_lag_ms} ms (max.compaction.lag.ms - vacuum grace"
-            " - pass allowance)", "lower it, or use 0 to merge after every micro-batch",
+            f"must be at most {tc.table_lag_ms} ms (max.compaction.lag.ms - vacuum grace"
+            " - pass allowance - trigger.interval.ms)",
+            "lower it, or use 0 to merge after every micro-batch",
         )
 
 

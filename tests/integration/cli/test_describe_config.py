@@ -53,3 +53,25 @@ def test_each_value_names_its_source_and_secrets_are_redacted(broker, topic_fact
     assert "(topic override)" in table.stdout and f"topic {topic}" in table.stdout
     # As a properties file writes them, not as Python prints them.
     assert "fail.on.data.loss = true" in table.stdout and "True" not in table.stdout
+
+
+def test_a_deadline_topics_table_cadence_leaves_room_for_the_trigger(broker, topic_factory,
+                                                                     tmp_path) -> None:
+    # M = 20 s: cleaning due 11 s after a tombstone, which may wait a 5 s trigger to land.
+    topic = topic_factory(1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "20000"})
+    settings = {"bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+                "lake.path": str(tmp_path / "lake"), "trigger.interval.ms": "5000"}
+
+    def describe(name: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        conf = write_config(tmp_path / name, **settings, **extra)
+        return subprocess.run([sys.executable, "-m", "compactor.cli", "describe-config",
+                               "--config", str(conf), "--json"], capture_output=True,
+                              text=True, timeout=120)
+
+    shown = describe("default.properties")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert json.loads(shown.stdout)["table_merge_ms"][topic] == 6000
+    refused = describe("set.properties", **{"table.merge.interval.ms": "8000"})
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "table.merge.interval.ms=8000" in refused.stderr
+    assert "must be at most 6000 ms" in refused.stderr

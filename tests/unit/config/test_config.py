@@ -195,26 +195,36 @@ def test_broker_overrides_skip_kafka_defaults_but_keep_real_settings() -> None:
 
 
 def test_a_table_merge_cadence_past_the_erasure_deadline_is_refused() -> None:
+    # M = 20 s: cleaning due at 11 s, less the 5 s a tombstone may wait for its batch.
     cfg = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
-                    "table.merge.interval.ms": "12000"})
-    with pytest.raises(ConfigError, match="table.merge.interval.ms=12000: would leave "
+                    "table.merge.interval.ms": "6001"})
+    with pytest.raises(ConfigError, match="table.merge.interval.ms=6001: would leave "
                        "tombstones of orders unmerged past its erasure deadline: it must be at "
-                       "most 11000 ms"):
+                       "most 6000 ms"):
         with_topic_configs(cfg, {})
     ok = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
-                   "table.merge.interval.ms": "11000"})
-    assert with_topic_configs(ok, {}).table_merge_interval_ms == 11000
+                   "table.merge.interval.ms": "6000"})
+    assert with_topic_configs(ok, {}).table_merge_interval_ms == 6000
+    fast = config(**{"cleanup.policy": "compact", "max.compaction.lag.ms": "20000",
+                     "table.merge.interval.ms": "10000", "trigger.interval.ms": "1000"})
+    assert with_topic_configs(fast, {}).table_merge_interval_ms == 10000
 
 
 def test_the_latest_value_table_lags_at_most_10_s_and_never_past_the_deadline() -> None:
     plain = with_topic_configs(config(), {})
     assert plain.table_merge_ms("orders") == 10_000  # the default cadence
+    roomy = with_topic_configs(config(**{"cleanup.policy": "compact",
+                                         "max.compaction.lag.ms": "60000"}), {})
+    assert roomy.table_merge_ms("orders") == 10_000 < roomy.topic("orders").table_lag_ms
+    # M = 20 s: cleaning due at 11 s; a tombstone may have waited a 5 s trigger to land, so
+    # the table merges within 6 s of it, and is rewritten by 11 s, as the log is cleaned.
     tight = with_topic_configs(config(**{"cleanup.policy": "compact",
                                          "max.compaction.lag.ms": "20000"}), {})
-    assert tight.table_merge_ms("orders") == 10_000 < tight.topic("orders").cleaning_lag_ms
-    short = with_topic_configs(config(**{"cleanup.policy": "compact",
+    assert tight.topic("orders").cleaning_lag_ms == 11_000
+    assert tight.table_merge_ms("orders") == 6_000 == tight.topic("orders").table_lag_ms
+    short = with_topic_configs(config(**{"cleanup.policy": "compact", "trigger.interval.ms": "500",
                                          "max.compaction.lag.ms": "6000"}), {})
-    assert short.table_merge_ms("orders") == short.topic("orders").cleaning_lag_ms < 10_000
+    assert short.table_merge_ms("orders") == short.topic("orders").cleaning_lag_ms - 500 < 10_000
     every = with_topic_configs(config(**{"table.merge.interval.ms": "0"}), {})
     assert every.table_merge_ms("orders") == 0  # after every micro-batch, as set
     best_effort = with_topic_configs(config(**{"cleanup.policy": "compact",
