@@ -117,8 +117,10 @@ def stream(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     return {"seen": seen, "error": error, "batches": len(query.recentProgress)}
 
 
-USERS = [("u1", "free", "eu", "SECRET-u1"), ("u2", "pro", "us", "SECRET-u2"),
-         ("u3", "pro", "eu", "SECRET-u3"), ("u4", "team", "us", "SECRET-u4")]
+# Keys long enough not to occur by chance in a checkpoint's compressed bytes, which the audit
+# searches for key bytes too.
+USERS = [("user-1", "free", "eu", "SECRET-user-1"), ("user-2", "pro", "us", "SECRET-user-2"),
+         ("user-3", "pro", "eu", "SECRET-user-3"), ("user-4", "team", "us", "SECRET-user-4")]
 
 
 def create(spark: SparkSession, tables: dict[str, Any]) -> dict[str, Any]:

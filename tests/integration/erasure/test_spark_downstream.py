@@ -63,26 +63,29 @@ def test_a_table_the_mirror_cannot_erase_is_refused_naming_the_feature(
 
 
 def _erase(name: str, table: Path, tmp_path: Path, now: int) -> None:
-    """Erase u1 and u4 from ``table`` as the mirror does; wait until vacuum took their files."""
+    """Erase user-1 and user-4 from ``table`` as the mirror does; wait until vacuum took
+    their files."""
     config = _config(tmp_path / name, table)
     check_downstream(config)
-    append(config, "users", 0, [(0, b"u1", None, now), (1, b"u4", None, now)], now_ms=now)
+    append(config, "users", 0, [(0, b"user-1", None, now), (1, b"user-4", None, now)], now_ms=now)
     assert DownstreamEraser(config).catch_up("users") == {"marts": {0: 1}}
 
+    erased = (b"user-1", b"user-4")
+
     def traces() -> list[str]:
-        return [t.path for key in (b"u1", b"u4") for t in audit_key(config, "users", key).traces
+        return [t.path for key in erased for t in audit_key(config, "users", key).traces
                 if t.table == "downstream:marts"]
 
     # Before vacuum the audit finds the rows in the rewritten files (under column mapping too,
     # where the key column has a physical name in the data files).
-    found = [t.what for key in (b"u1", b"u4") for t in audit_key(config, "users", key).traces
+    found = [t.what for key in erased for t in audit_key(config, "users", key).traces
              if t.table == "downstream:marts"]
     assert found and all("row(s) of an erased key" in w for w in found), (name, found)
     # Vacuum as the mirror runs it, once the table's 1 s file retention has passed.
     wait_until(lambda: not Vacuum(config.storage).run(str(table), 1000) and not traces(), 30,
                f"{name}: the erased rows' files vacuumed")
     leftovers = [f for f in table.rglob("*.parquet") if "_delta_log" not in f.parts
-                 and (b"SECRET-u1" in f.read_bytes() or b"SECRET-u4" in f.read_bytes())]
+                 and (b"SECRET-user-1" in f.read_bytes() or b"SECRET-user-4" in f.read_bytes())]
     assert not leftovers, f"{name}: {leftovers}"
 
 
@@ -94,4 +97,4 @@ def test_partitioned_and_column_mapped_tables_lose_every_byte_of_an_erased_key(
     for name in names:
         _erase(name, spark_tables / name, tmp_path, now)
     seen = run_job({"keys": {str(spark_tables / n): "user_id" for n in names}})
-    assert seen == {str(spark_tables / n): ["u2", "u3"] for n in names}
+    assert seen == {str(spark_tables / n): ["user-2", "user-3"] for n in names}
