@@ -112,16 +112,39 @@ class TopicConfig:
         longer for its micro-batch is cleaned on arrival, a pass and a grace before the vacuum
         deletes its values, which can be after M.
         """
-        return self.erasure_deadline and (
-            self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms <= 0
-            or self.trigger_interval_ms > self.cleaning_lag_ms)
+        return self._best_effort_because is not None
+
+    @property
+    def _best_effort_because(self) -> str | None:
+        """Which rule makes the deadline best effort: ``max_lag``, ``min_lag``, ``trigger``."""
+        if not self.erasure_deadline:
+            return None
+        if self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms <= 0:
+            return "max_lag"
+        if self.min_compaction_lag_ms > 0 and self.min_compaction_lag_ms >= self.cleaning_lag_ms:
+            return "min_lag"
+        if self.trigger_interval_ms > self.cleaning_lag_ms:
+            return "trigger"
+        return None
 
     @property
     def deadline_warning(self) -> str | None:
         """The warning shown at start, by ``status``, ``describe-config`` and a metric."""
-        if not self.deadline_best_effort:
+        because = self._best_effort_because
+        if because is None:
             return None
-        if self.cleaning_lag_ms > 0:
+        if because == "min_lag":
+            return (f"erasure deadline of {self.name} is best effort: min.compaction.lag.ms="
+                    f"{self.min_compaction_lag_ms} is not shorter than the "
+                    f"{self.cleaning_lag_ms} ms that max.compaction.lag.ms="
+                    f"{self.max_compaction_lag_ms} leaves before cleaning is due (less the "
+                    f"vacuum grace, {self.vacuum_grace_ms} ms, and a cleaning pass allowance, "
+                    f"{self.pass_allowance_ms} ms), so a tombstone's segment may not be "
+                    "cleaned in time; its segments are cleaned as soon as the minimum lag "
+                    "allows and missed deadlines are counted. For a kept deadline, lower "
+                    f"min.compaction.lag.ms below {self.cleaning_lag_ms} or raise "
+                    "max.compaction.lag.ms")
+        if because == "trigger":
             return (f"erasure deadline of {self.name} is best effort: trigger.interval.ms="
                     f"{self.trigger_interval_ms} is longer than the {self.cleaning_lag_ms} ms "
                     f"that max.compaction.lag.ms={self.max_compaction_lag_ms} leaves before "
@@ -141,12 +164,16 @@ class TopicConfig:
 
     @property
     def roll_ms(self) -> int:
-        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag).
+        """KIP-354: a compacted topic with a max lag rolls by min(segment.ms, cleaning lag),
+        less ``min.compaction.lag.ms``: a segment is cleanable once its newest record is that
+        old, so one that spans no more than the cleaning lag less the minimum lag is cleanable
+        when its first record's cleaning is due.
 
         At least 1 ms: a best-effort topic rolls its active segment at every micro-batch.
         """
         if self.erasure_deadline:
-            return min(self.segment_ms, max(1, self.cleaning_lag_ms))
+            return min(self.segment_ms,
+                       max(1, self.cleaning_lag_ms - self.min_compaction_lag_ms))
         return self.segment_ms
 
 

@@ -130,3 +130,21 @@ def test_why_says_what_makes_a_partition_due_or_not() -> None:
                            topic(min_compaction_lag_ms=1000, min_cleanable_dirty_ratio=0.01),
                            NOW)
     assert "held by min.compaction.lag.ms=1000" in held.why()
+
+
+def test_a_deadline_segment_is_cleanable_when_due_despite_the_min_lag() -> None:
+    # M = 60 s: cleaning due 33 s after a record; with a 10 s min lag a segment rolls 23 s
+    # after its first record, so its newest is 10 s old when the first's cleaning is due.
+    tc = topic(max_compaction_lag_ms=60_000, min_compaction_lag_ms=10_000)
+    assert tc.cleaning_lag_ms == 33_000 and tc.roll_ms == 23_000
+    first = NOW - 33_001  # a tombstone, the segment's first record, 1 ms overdue
+    spanning = DataFile("p0/s0", 0, 0, 0, 9, 10, 100, 100, first, first + tc.roll_ms, None)
+    log = plog(Segment(0, 0, (spanning,)), seg(10, 19, 5, NOW))
+    r = cleanable_range(log, tc, NOW)
+    assert r.must_clean and r.first_uncleanable_offset == 10 and r.cleanable_bytes == 100
+    assert not tc.deadline_best_effort
+    # A min lag as long as the cleaning lag leaves no roll that makes it in time.
+    late = topic(max_compaction_lag_ms=60_000, min_compaction_lag_ms=33_000)
+    assert late.deadline_best_effort and late.roll_ms == 1
+    assert "min.compaction.lag.ms=33000 is not shorter than the 33000 ms" in (
+        late.deadline_warning or "")
