@@ -30,6 +30,7 @@ import pyarrow as pa
 from compactor.formats.exceptions import SchemaRegistryUnavailableError
 from compactor.formats.json_values import Mismatch, conform
 from compactor.formats.protobuf import ProtobufReader, message_to_arrow
+from compactor.formats.reasons import quoting
 from compactor.formats.spec import RecordFormat
 from compactor.formats.types import (
     Untypable,
@@ -171,8 +172,8 @@ class Decoder:
             else:
                 value = self._deserializer(data, self._ctx)
         except Exception as exc:  # the schema is cached: this is about the record's bytes
-            return writer, schema_id, None, (f"cannot be decoded with schema id {schema_id}: "
-                                             f"{type(exc).__name__}: {exc}")
+            return writer, schema_id, None, quoting(
+                f"cannot be decoded with schema id {schema_id}: {type(exc).__name__}", str(exc))
         return writer, schema_id, value, None
 
     # --------------------------------------------------------------------------- decoding
@@ -184,7 +185,7 @@ class Decoder:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return None, None, None, f"not UTF-8 text: {exc}"
+            return None, None, None, quoting("not UTF-8 text", str(exc))
         if name == "string":
             return None, None, text, None
         try:

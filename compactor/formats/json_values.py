@@ -15,7 +15,9 @@ of the same topic would:
 - a field missing from the object, or JSON ``null``, is null; fields not declared are ignored.
 
 A value that fits none of these rejects the record with the field's path, the declared type
-and what was found (``updated_at: expected TIMESTAMP, found the string 'yesterday'``).
+and what was found, the value itself quoted last (``updated_at: expected TIMESTAMP, found a
+string (not an ISO-8601 time); quoting the record: "yesterday"``;
+:mod:`compactor.formats.reasons`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from compactor.formats.reasons import quoting
+
 _UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf,
@@ -40,12 +44,14 @@ class Mismatch(ValueError):
     """A JSON value the declared type cannot hold; the message names the field's path."""
 
 
+def _kind(value: Any) -> str:
+    return {str: "a string", bool: "a boolean", dict: "an object", list: "an array",
+            int: "a number", float: "a number"}.get(type(value), "a value")
+
+
 def _shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    text = text if len(text) <= 40 else text[:37] + "..."
-    kind = {str: "the string", bool: "the boolean", dict: "an object", list: "an array",
-            int: "the number", float: "the number"}.get(type(value), "the value")
-    return f"{kind} {text}"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _type_name(type_: pa.DataType) -> str:
@@ -69,8 +75,8 @@ def _type_name(type_: pa.DataType) -> str:
 
 def _fail(path: str, type_: pa.DataType, value: Any, why: str = "") -> Mismatch:
     where = path or "the record"
-    return Mismatch(f"{where}: expected {_type_name(type_)}, found {_shown(value)}"
-                    + (f" ({why})" if why else ""))
+    rule = f"{where}: expected {_type_name(type_)}, found {_kind(value)}"
+    return Mismatch(quoting(rule + (f" ({why})" if why else ""), _shown(value)))
 
 
 def _timestamp(value: Any, path: str, type_: pa.DataType) -> dt.datetime:

@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compactor.formats.reasons import loggable
 from compactor.ingest.rejected import RecordChecker
 from compactor.ingest.writer import PartitionPlan, RangeResult
 from compactor.kafka.schema import KAFKA_SCHEMA
@@ -84,7 +85,7 @@ def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
             if first is None or offsets[at] < first[0]:
                 first = (int(offsets[at]), reasons[at])
     return Rejections(counts, None if first is None
-                      else f"partition {partition} offset {first[0]}: {first[1]}")
+                      else f"partition {partition} offset {first[0]}: {loggable(first[1])}")
 
 
 class _Appender:

@@ -52,7 +52,7 @@ class Rejections:
     """What one range (or batch) sent to ``rejected``: records per kind, the first reason."""
 
     counts: Mapping[str, int]
-    first: str | None  # "partition P offset O: reason"
+    first: str | None  # "partition P offset O: reason", without what it quotes of the record
 
     @classmethod
     def combined(cls, parts: Iterable[Rejections]) -> Rejections:

@@ -48,20 +48,24 @@ def test_values_spark_s_json_reader_takes(ddl: str, given: object, expected: obj
 
 @pytest.mark.parametrize(("ddl", "given", "message"), [
     ("updated_at TIMESTAMP", "yesterday",
-     'updated_at: expected TIMESTAMP, found the string "yesterday" (not an ISO-8601 time)'),
-    ("d DATE", 19000, "d: expected DATE, found the number 19000"),
-    ("id BIGINT", "7", 'id: expected BIGINT, found the string "7"'),
-    ("id INT", 2 ** 31, "id: expected INT, found the number 2147483648 (out of range for 32 "
-                        "bits)"),
-    ("ok BOOLEAN", 1, "ok: expected BOOLEAN, found the number 1"),
-    ("n DECIMAL(4,2)", 123.5, "n: expected DECIMAL(4,2), found the number 123.5 (out of range)"),
-    ("b BINARY", "not base64!", 'b: expected BINARY, found the string "not base64!" (not base64)'),
+     'updated_at: expected TIMESTAMP, found a string (not an ISO-8601 time); quoting the '
+     'record: "yesterday"'),
+    ("d DATE", 19000, "d: expected DATE, found a number; quoting the record: 19000"),
+    ("id BIGINT", "7", 'id: expected BIGINT, found a string; quoting the record: "7"'),
+    ("id INT", 2 ** 31, "id: expected INT, found a number (out of range for 32 bits); "
+                        "quoting the record: 2147483648"),
+    ("ok BOOLEAN", 1, "ok: expected BOOLEAN, found a number; quoting the record: 1"),
+    ("n DECIMAL(4,2)", 123.5,
+     "n: expected DECIMAL(4,2), found a number (out of range); quoting the record: 123.5"),
+    ("b BINARY", "not base64!",
+     'b: expected BINARY, found a string (not base64); quoting the record: "not base64!"'),
     ("address STRUCT<geo: STRUCT<lat: DOUBLE>>", {"geo": {"lat": "north"}},
-     'address.geo.lat: expected DOUBLE, found the string "north"'),
-    ("tags ARRAY<INT>", [1, "two"], 'tags[1]: expected INT, found the string "two"'),
-    ("a ARRAY<INT>", {"x": 1}, 'a: expected ARRAY, found an object {"x": 1}'),
+     'address.geo.lat: expected DOUBLE, found a string; quoting the record: "north"'),
+    ("tags ARRAY<INT>", [1, "two"],
+     'tags[1]: expected INT, found a string; quoting the record: "two"'),
+    ("a ARRAY<INT>", {"x": 1}, 'a: expected ARRAY, found an object; quoting the record: {"x": 1}'),
 ])
-def test_a_mismatch_names_the_field_the_type_and_the_value(ddl: str, given: object,
+def test_a_mismatch_names_the_field_and_the_type_and_quotes_the_value_last(ddl: str, given: object,
                                                            message: str) -> None:
     type_ = ddl_to_arrow(ddl)
     with pytest.raises(Mismatch) as raised:
@@ -87,4 +91,4 @@ def test_a_writer_schema_mismatch_names_the_field_too() -> None:
     decoder._check_types(group, reasons)
     assert group.rows == [0] and reasons[0] is None
     assert reasons[1] == ('does not match the column type of schema id 7: address.zip: '
-                          'expected INT, found the string "N1 9GU"')
+                          'expected INT, found a string; quoting the record: "N1 9GU"')
