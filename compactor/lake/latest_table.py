@@ -27,10 +27,11 @@ a tombstone, decodable or not) deletes that key's older rows from ``L/T/rejected
 (:func:`~compactor.lake.rejected.drop_superseded`), and the older values of keys whose newest
 record is now in another partition go from the log (:mod:`compactor.lake.moved_keys`).
 
-Before step 2, rows whose record retention removed from the log go
-(:func:`drop_retained`): a row of partition P with an offset below P's log start offset (the
-first segment's base) is a value a consumer of the log would no longer see. The delete commit
-moves ``compactor-retained-<partition>`` to that log start, so it runs once per move.
+Before step 2, rows whose record retention removed from the log go, the dead letters' first
+and then the table's (:mod:`compactor.lake.retained_rows`): a row of partition P with an
+offset below P's log start offset (the first segment's base) is a value a consumer of the log
+would no longer see. Each delete commit moves its table's ``compactor-retained-<partition>``
+to that log start, so it runs once per move.
 
 The catch-up is driven by the versions alone, so it also repairs a table that lags after a
 crash between a log commit and its MERGE. The table lags by design (``table.merge.interval.ms``),
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +64,7 @@ from compactor.lake.layout import (
     CHANGE_FEED,
     TABLE_PROPERTIES_LATEST,
     ensure_table,
+    open_table,
     topic_paths,
     update_properties,
 )
@@ -70,11 +72,12 @@ from compactor.lake.log_follower import log_view
 from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
 from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
+from compactor.lake.retained_rows import delete_below, log_start, moved_starts
 from compactor.lake.segments import PartitionLog
 from compactor.lake.small_files import compact_small_files
 from compactor.lake.storage import Storage, failure
 from compactor.lake.written_records import WrittenLog
-from compactor.positions import RETAINED, TABLE
+from compactor.positions import TABLE
 
 log = logging.getLogger(__name__)
 
@@ -177,14 +180,6 @@ def _add_columns(table: DeltaTable, fields: list[pa.Field], path: str, topic: st
         raise LakeError(f"cannot add columns to {path}: {failure(path, exc)}") from exc
 
 
-def log_start(plog: PartitionLog) -> int | None:
-    """The partition's first offset still in the log: its first segment's base; past its last
-    committed offset when retention removed every segment; None before any record."""
-    if plog.segments:
-        return plog.log_start_offset
-    return None if plog.committed_offset is None else plog.committed_offset + 1
-
-
 def _kept(written: WrittenLog | None, topic: str, plog: PartitionLog, lo: int,
           hi: int) -> pa.Table | None:
     """Step 2 from the records kept in the driver (:mod:`compactor.lake.written_records`),
@@ -196,35 +191,13 @@ def _kept(written: WrittenLog | None, topic: str, plog: PartitionLog, lo: int,
     return rows
 
 
-def drop_retained(table: DeltaTable, partitions: Mapping[int, PartitionLog], path: str,
-                  topic: str, position: Callable[[str], int | None]) -> int:
-    """Delete the rows whose record lies below its partition's log start; how many went.
-
-    The predicate names partitions and offsets only, never a key. ``position``: the
-    table's app transactions (:func:`~compactor.lake.app_transactions.position_lookup`).
-    """
-    moved = {}
-    for partition, plog in partitions.items():
-        start = log_start(plog)
-        done = position(RETAINED.id(partition))
-        if start is not None and start > (done if done is not None else 0):
-            moved[partition] = start
-    if not moved:
-        return 0
-    predicate = " OR ".join(f"(partition = {p} AND offset < {start})"
-                            for p, start in sorted(moved.items()))
-    try:
-        metrics = table.delete(predicate, commit_properties=operations.properties(
-            operations.RETENTION, f"rows of {topic} whose records retention removed from the "
-            "log", [RETAINED.moved_to(start, p) for p, start in moved.items()]))
-    except Exception as exc:
-        raise LakeError(f"removing retained rows from {path} failed: {failure(path, exc)}") \
-            from exc
-    deleted = int(metrics.get("num_deleted_rows", 0))
-    if deleted:
-        log.info("table %s: removed %d rows whose records retention removed from the log",
-                 topic, deleted)
-    return deleted
+def _drop_retained_rejected(path: str, partitions: Mapping[int, PartitionLog],
+                            storage: Storage) -> None:
+    """Delete the dead letters below their partitions' log starts (when the table exists)."""
+    rejected = open_table(path, storage)
+    if rejected is not None:
+        moved = moved_starts(partitions, position_lookup(rejected, path, storage))
+        delete_below(rejected, moved, path, "dead letters")
 
 
 def _ensure_latest(path: str, storage: Storage, change_feed: bool) -> DeltaTable:
@@ -259,9 +232,12 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     if view is None:
         return LatestStats()
     table = _ensure_latest(paths.table, storage, change_feed)
-    # Two positions per partition: read at once (drop_retained moves RETAINED ones only).
+    # Two positions per partition: read at once (only RETAINED ones move before they are read).
     position = position_lookup(table, paths.table, storage)
-    retained = drop_retained(table, view.partitions, paths.table, topic, position)
+    starts = moved_starts(view.partitions, position)
+    if starts:  # the dead letters first: a crash between the two leaves the table's to redo
+        _drop_retained_rejected(paths.rejected, view.partitions, storage)
+    retained = delete_below(table, starts, paths.table, "rows")
     ranges: dict[int, tuple[int, int]] = {}
     parts: list[pa.Table] = []
     columns = [f.name for f in KAFKA_SCHEMA if f.name != "partition"]

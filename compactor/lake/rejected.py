@@ -5,7 +5,8 @@ every other, kept no longer than the log keeps the value: any newer record of a 
 value or a tombstone) removes that key's older rejected rows in the same catch-up that brings
 the latest-value table up to it (before that MERGE commits, so the erasure ledger's "table"
 step covers both, and a superseded row goes within the table's cadence, inside the topic's
-erasure deadline), and vacuum deletes the removed files.
+erasure deadline); a row below its partition's log start goes when retention moves it
+(:mod:`compactor.lake.retained_rows`); and vacuum deletes the removed files.
 """
 
 from __future__ import annotations

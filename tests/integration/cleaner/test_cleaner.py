@@ -151,6 +151,27 @@ def test_retention_reaches_the_latest_value_table(
 
 
 @pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("policy", ["compact,delete", "delete"])
+def test_retention_reaches_the_dead_letters(broker, topic_factory, lake_config, policy) -> None:
+    """A dead letter is a copy of a log record: once retention removed the record from the
+    log, its row in L/T/rejected goes too; the rows of records still in the log stay."""
+    topic = topic_factory(1, {"cleanup.policy": policy, "segment.bytes": "100",
+                              "retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.99"})
+    now = int(time.time() * 1000)
+    old = [Record(b"old-%d" % i, b"not json %d" % i, 0, 978_307_200_000 + i)  # 2001
+           for i in range(8)]
+    new = [Record(b"new-%d" % i, b'{"n": %d}' % i, 0, now + i) for i in range(8)] + [
+        Record(b"new-bad", b"still not json", 0, now + 8)]
+    produce(broker.bootstrap_servers, topic, old + new)
+    config = lake_config(topic, value_format="json", value_schema="n INT")
+    run_once(config)
+    assert {r["key"] for r in rows(config, topic)} == {r.key for r in new}
+    rejected = DeltaTable(topic_paths(config.lake_path, topic).rejected).to_pyarrow_table()
+    assert rejected.column("key").to_pylist() == [b"new-bad"]
+    assert rejected.column("offset").to_pylist() == [16]
+
+
+@pytest.mark.usefixtures("spark")
 def test_time_retention_removes_the_last_segment_too_as_kafka_does(
         kafka, broker, topic_factory, lake_config) -> None:
     """Five records two minutes old under a one-minute retention.ms: Kafka rolls the segment
