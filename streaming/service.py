@@ -25,7 +25,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,7 +38,7 @@ from compactor.config import CompactorConfig, resolve_config
 from compactor.config.follow import refresh_topic_configs
 from compactor.erasure.downstream import check_downstream
 from compactor.erasure.source_gap import SourceGap
-from compactor.exceptions import INTERRUPTED_EXIT, CompactorError
+from compactor.exceptions import CompactorError
 from compactor.ingest.batch_stats import BatchStats
 from compactor.ingest.consumer_group import GroupCommitter
 from compactor.ingest.incarnation import Incarnations
@@ -55,6 +54,7 @@ from compactor.ops.progress import IngestProgress, log_pass_end
 from compactor.ops.status import broker_end_offsets
 from streaming.catalog import register_tables
 from streaming.restarts import Restarts
+from streaming.stop_signals import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -74,23 +74,15 @@ class Service:
             warning = self.config.topic(topic).deadline_warning
             if warning:
                 log.warning("%s", warning)
-        self._stop = threading.Event()
+        self._signals = StopSignals()
+        self._stop = self._signals.requested
         self._passes = PassSchedule(math.inf)  # the loop sets when every topic is due
         self.commit_lock = threading.Lock()
         self.native_heap = NativeHeapTrimmer()
 
     def request_stop(self, signum: int | None = None, _frame: FrameType | None = None) -> None:
         """Stop after the current commit; a second signal stops at once (exit 130)."""
-        if signum is not None:
-            name = signal.Signals(signum).name
-            if self._stop.is_set():
-                # What a kill -9 leaves is safe (nothing half-committed); the user asked twice.
-                print(f"compactor: second {name}: stopping now, without waiting for the "
-                      "current commit", file=sys.stderr, flush=True)
-                os._exit(INTERRUPTED_EXIT)
-            log.warning("received %s: stopping after the current commit (send it again to "
-                        "stop at once)", name)
-        self._stop.set()
+        self._signals.request(signum, _frame)
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGINT, self.request_stop)
