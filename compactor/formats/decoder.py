@@ -150,11 +150,11 @@ class Decoder:
     def _registry_one(self, data: bytes) -> tuple[Hashable, int | None, Any, str | None]:
         """(writer, schema id, value, why it did not decode)."""
         if len(data) < 5 or data[0] != _MAGIC:
-            first = f"0x{data[0]:02x}" if data else "nothing"
-            return None, None, None, (
-                f"not in the Schema Registry wire format: the first byte is {first}, not the "
-                f"magic byte 0x00 (was it produced with a Confluent {self.format.name} "
-                "serializer?)")
+            first = f"the first byte is 0x{data[0]:02x}" if data else "no bytes"
+            return None, None, None, quoting(
+                "not in the Schema Registry wire format: no magic byte 0x00 and schema id "
+                f"first (was it produced with a Confluent {self.format.name} serializer?)",
+                first)
         schema_id = int.from_bytes(data[1:5], "big")
         writer: Hashable = schema_id
         if self._protobuf is not None:

@@ -31,3 +31,12 @@ def test_no_byte_of_an_undecodable_record_is_in_its_loggable_reason() -> None:
         assert secret not in loggable(reason)
     assert loggable(reasons[0] or "").endswith("email: expected INT, found a string")
     assert loggable(reasons[2] or "") == "not UTF-8 text"
+
+
+def test_a_registry_format_quotes_only_the_first_byte_it_found() -> None:
+    decoder = Decoder(RecordFormat("avro"), {"url": "http://127.0.0.1:9"}, "t", False)
+    [reason] = decoder.decode(pa.array([b"{\"email\": \"alice@example.com\"}"])).reasons
+    assert reason is not None and reason.endswith("; quoting the record: the first byte is 0x7b")
+    assert loggable(reason) == ("not in the Schema Registry wire format: no magic byte 0x00 and "
+                                "schema id first (was it produced with a Confluent avro "
+                                "serializer?)")
