@@ -103,14 +103,14 @@ class TopicConfig:
     @property
     def deadline_best_effort(self) -> bool:
         """A max lag Kafka accepts but shorter than the vacuum grace plus a pass allowance, or
-        a trigger interval longer than the cleaning lag.
+        a minimum lag or a trigger interval the cleaning lag cannot absorb.
 
         Such a topic is mirrored like any other, its segments roll and are cleaned as soon as
         possible, and its erasures are timed against M as usual (missed ones are counted);
         only the promise that each is physically gone by M cannot be made. A tombstone that
-        reaches the lake within the cleaning lag is cleaned on the plan's time; one that waited
-        longer for its micro-batch is cleaned on arrival, a pass and a grace before the vacuum
-        deletes its values, which can be after M.
+        reaches the lake within the cleaning lag, in a segment the minimum lag lets the cleaner
+        take by then, is cleaned on the plan's time; a later one is cleaned when it can be, a
+        pass and a grace before the vacuum deletes its values, which can be after M.
         """
         return self._best_effort_because is not None
 
@@ -119,7 +119,7 @@ class TopicConfig:
         """Which rule makes the deadline best effort: ``max_lag``, ``min_lag``, ``trigger``."""
         if not self.erasure_deadline:
             return None
-        if self.max_compaction_lag_ms - self.vacuum_grace_ms - self.pass_allowance_ms <= 0:
+        if self.cleaning_lag_ms == 0:
             return "max_lag"
         if self.min_compaction_lag_ms > 0 and self.min_compaction_lag_ms >= self.cleaning_lag_ms:
             return "min_lag"
@@ -133,30 +133,25 @@ class TopicConfig:
         because = self._best_effort_because
         if because is None:
             return None
+        lead = f"erasure deadline of {self.name} is best effort: "
+        lag = (f"the {self.cleaning_lag_ms} ms that max.compaction.lag.ms="
+               f"{self.max_compaction_lag_ms} leaves before cleaning is due (less the vacuum "
+               f"grace, {self.vacuum_grace_ms} ms, and a cleaning pass allowance, "
+               f"{self.pass_allowance_ms} ms)")
         if because == "min_lag":
-            return (f"erasure deadline of {self.name} is best effort: min.compaction.lag.ms="
-                    f"{self.min_compaction_lag_ms} is not shorter than the "
-                    f"{self.cleaning_lag_ms} ms that max.compaction.lag.ms="
-                    f"{self.max_compaction_lag_ms} leaves before cleaning is due (less the "
-                    f"vacuum grace, {self.vacuum_grace_ms} ms, and a cleaning pass allowance, "
-                    f"{self.pass_allowance_ms} ms), so a tombstone's segment may not be "
-                    "cleaned in time; its segments are cleaned as soon as the minimum lag "
-                    "allows and missed deadlines are counted. For a kept deadline, lower "
-                    f"min.compaction.lag.ms below {self.cleaning_lag_ms} or raise "
-                    "max.compaction.lag.ms")
+            return (f"{lead}min.compaction.lag.ms={self.min_compaction_lag_ms} is not shorter "
+                    f"than {lag}, so a tombstone's segment may not be cleaned in time; its "
+                    "segments are cleaned as soon as the minimum lag allows and missed "
+                    "deadlines are counted. For a kept deadline, lower min.compaction.lag.ms "
+                    f"below {self.cleaning_lag_ms} or raise max.compaction.lag.ms")
         if because == "trigger":
-            return (f"erasure deadline of {self.name} is best effort: trigger.interval.ms="
-                    f"{self.trigger_interval_ms} is longer than the {self.cleaning_lag_ms} ms "
-                    f"that max.compaction.lag.ms={self.max_compaction_lag_ms} leaves before "
-                    f"cleaning is due (less the vacuum grace, {self.vacuum_grace_ms} ms, and a "
-                    f"cleaning pass allowance, {self.pass_allowance_ms} ms), so a tombstone "
-                    "can reach the lake after its partition had to be cleaned; such tombstones "
-                    "are cleaned as they arrive and missed deadlines are counted. For a kept "
-                    f"deadline, lower trigger.interval.ms to {self.cleaning_lag_ms} or less, or "
-                    "raise max.compaction.lag.ms")
-        return (f"erasure deadline of {self.name} is best effort: max.compaction.lag.ms="
-                f"{self.max_compaction_lag_ms} is shorter than the vacuum grace "
-                f"({self.vacuum_grace_ms} ms) plus a cleaning pass allowance "
+            return (f"{lead}trigger.interval.ms={self.trigger_interval_ms} is longer than "
+                    f"{lag}, so a tombstone can reach the lake after its partition had to be "
+                    "cleaned; such tombstones are cleaned as they arrive and missed deadlines "
+                    "are counted. For a kept deadline, lower trigger.interval.ms to "
+                    f"{self.cleaning_lag_ms} or less, or raise max.compaction.lag.ms")
+        return (f"{lead}max.compaction.lag.ms={self.max_compaction_lag_ms} is shorter than the "
+                f"vacuum grace ({self.vacuum_grace_ms} ms) plus a cleaning pass allowance "
                 f"({self.pass_allowance_ms} ms); its segments are cleaned as soon as possible "
                 "and missed deadlines are counted. For a kept deadline, raise "
                 f"max.compaction.lag.ms above {self.vacuum_grace_ms + self.pass_allowance_ms}"
