@@ -5,10 +5,14 @@ few records a file the file's fixed cost is the batch's cost. Each round writes 
 files of ``--records`` records each (the log's columns, 100-byte values) under folders
 ``partition=P/segment=0`` of a new directory, one way at a time:
 
-- ``write_log_rows``: the product's path (``compactor.lake.log_files``): one Arrow dataset write
-  of every file, statistics, each file renamed to its final name.
-- ``write_data_file``: the product's path for fewer files: Parquet made in memory, one write
-  and one rename per file.
+- ``write_log_rows``: the product's path (``compactor.lake.log_files``): every file encoded in
+  one pass by ``compactor.lake.parquet_encoder``, statistics, each file written under a
+  temporary name and renamed to its final one.
+- ``arrow_dataset``: the product's path before that encoder, still its path for large files:
+  one Arrow dataset write of every file, each file renamed to its final name.
+- ``write_data_file``: the product's path for one file: Parquet made in memory, one write
+  and one rename.
+- ``encoder_to_memory``: the encoder alone, every file into memory, nothing on disk.
 - ``parquet_to_memory``: Arrow's Parquet writer alone, each file into memory, nothing on disk.
 - ``row_groups``: one Parquet writer, one row group per would-be file (not a layout the log can
   have: a file holds one partition): what Parquet costs without a file's own set-up.
@@ -40,8 +44,14 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compactor.kafka.schema import KAFKA_SCHEMA  # noqa: E402
-from compactor.lake.datafiles import parquet_options, write_data_file  # noqa: E402
+from compactor.lake.datafiles import (  # noqa: E402
+    NON_PII_STATS,  # noqa: E402
+    parquet_options,
+    write_data_file,
+)
 from compactor.lake.log_files import LogGroup, write_log_rows  # noqa: E402
+from compactor.lake.log_files import _write_together as arrow_dataset  # noqa: E402
+from compactor.lake.parquet_encoder import encode_files  # noqa: E402
 from compactor.lake.segments import record_sizes  # noqa: E402
 from compactor.lake.storage import Storage  # noqa: E402
 
@@ -75,6 +85,12 @@ def ways(table: pa.Table, files: int, records: int) -> dict[str, Callable[[str],
         write_log_rows([table], [LogGroup(root, i, 0, records, sizes[i]) for i in range(files)],
                        storage=storage)
 
+    def dataset(root: str) -> None:
+        arrow_dataset(table, [LogGroup(root, i, 0, records, sizes[i]) for i in range(files)])
+
+    def encoder(_root: str) -> None:
+        encode_files(table, list(range(0, files * records, records)), NON_PII_STATS)
+
     def one_by_one(root: str) -> None:
         for i, part in enumerate(parts):
             write_data_file(root, f"partition={i}/segment=0", part, sizes[i], "log",
@@ -102,9 +118,9 @@ def ways(table: pa.Table, files: int, records: int) -> dict[str, Callable[[str],
             os.write(fd, data)
             os.close(fd)
 
-    return {"write_log_rows": product, "write_data_file": one_by_one,
-            "parquet_to_memory": to_memory, "row_groups": row_groups, "arrow_ipc": ipc,
-            "plain_files": plain}
+    return {"write_log_rows": product, "arrow_dataset": dataset, "write_data_file": one_by_one,
+            "encoder_to_memory": encoder, "parquet_to_memory": to_memory,
+            "row_groups": row_groups, "arrow_ipc": ipc, "plain_files": plain}
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Writing the log's Parquet data files, shared by the ingest writer and the cleaner.
 
-Every file is zstd Parquet (uncompressed below :data:`COMPRESS_FROM` record bytes) named by
-:func:`compactor.layout.data_file_name`, and its Delta
+Every file is zstd Parquet named by :func:`compactor.layout.data_file_name`, and its Delta
 statistics cover the non-PII columns only (``offset``, ``timestamp``, ``deleteHorizonMs``);
-Parquet's own column statistics are limited the same way.
+Parquet's own column statistics are limited the same way. A file of fewer than
+:data:`COMPRESS_FROM` record bytes is uncompressed.
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
     try:
         pq.write_table(table, sink, **parquet_options(table.schema, record_bytes))
         data = sink.getvalue()
-        _place(final, data)
+        place(final, data)
     except (OSError, pa.ArrowException) as exc:
         raise LakeError(f"cannot write a data file in {os.path.dirname(final)}: {exc}") \
             from exc
@@ -347,7 +347,7 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
                        stats.records, record_bytes, newest_ms=stats.hi.get("timestamp"))
 
 
-def _place(final: str, data: pa.Buffer) -> None:
+def place(final: str, data: bytes | pa.Buffer) -> None:
     """Write ``data`` to ``final`` through a temporary file beside it, so that the name never
     shows a partial file; the directory is made when missing."""
     tmp = os.path.join(os.path.dirname(final), f".tmp-{uuid.uuid4().hex}.parquet")

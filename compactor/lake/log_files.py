@@ -2,8 +2,9 @@
 
 A write task ends with one small file per partition with records; written one by one, each
 file cost a Parquet writer's set-up, its own statistics pass and a temporary file. Here the
-files of every log a task wrote (one per topic) go through one Arrow dataset write and one
-statistics pass.
+files of every log a task wrote (one per topic) are made together, with one statistics pass:
+the small ones encoded in one pass by :mod:`compactor.lake.parquet_encoder`, the large ones
+through one Arrow dataset write.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ import pyarrow.dataset as ds
 from compactor.exceptions import LakeError
 from compactor.lake.datafiles import (
     COMPRESS_FROM,
+    NON_PII_STATS,
     FileStats,
     WrittenFile,
     parquet_options,
+    place,
     write_data_file,
 )
 from compactor.lake.layout import data_file_name
+from compactor.lake.parquet_encoder import encodable, encode_files
 from compactor.lake.storage import Storage, is_local, local_path
 
 
@@ -53,6 +57,9 @@ class LogGroup:
     record_bytes: int
 
 
+# Fewer small files are written one at a time: the encoder's pass over the columns costs as
+# much as a few files from Arrow's writer.
+_ENCODE_FROM = 3
 # The most files one dataset write holds open at once.
 _FILES_PER_WRITE = 512
 # Fewer files are written one at a time: a dataset write's set-up (an Arrow execution plan)
@@ -82,25 +89,33 @@ def write_log_rows(tables: Sequence[pa.Table], groups: Sequence[LogGroup], *,
     order given: the groups take the rows of ``tables`` (the log's data columns, without
     partition and segment) one after another, a group's rows all in one table.
 
-    On a local disk, :data:`_TOGETHER_FROM` or more files of like compression go through one
-    Arrow dataset write, whatever logs they belong to, each under a temporary name beside its
-    final place, then renamed: one writer set-up per call instead of per file (a micro-batch
-    writes one small file per partition with records, of every topic). Otherwise (object
-    storage, fewer files, tables of differing columns or two groups of one segment of a log)
+    On a local disk, the small files (under COMPRESS_FROM record bytes, uncompressed) are
+    encoded together (:func:`compactor.lake.parquet_encoder.encode_files`), whatever logs
+    they belong to, and :data:`_TOGETHER_FROM` or more large ones go through one Arrow dataset
+    write; each file is written under a temporary name beside its final place, then renamed.
+    A micro-batch writes one small file per partition with records, of every topic, and a
+    writer's set-up per file would cost more than the files. Otherwise (object storage,
+    fewer large files, tables of differing columns or two groups of one segment of a log)
     one :func:`write_data_file` each.
     """
     if sum(g.rows for g in groups) != sum(t.num_rows for t in tables):
         raise LakeError(f"{len(groups)} log files to write do not hold the "
                         f"{sum(t.num_rows for t in tables)} rows given")
     same = all(t.schema == tables[0].schema for t in tables)
-    together = len(groups) >= _TOGETHER_FROM and same \
-        and all(is_local(r) for r in {g.log_root for g in groups}) \
-        and all(g.rows for g in groups) \
+    local = same and all(is_local(r) for r in {g.log_root for g in groups}) \
+        and all(g.rows for g in groups)
+    together = local and len(groups) >= _TOGETHER_FROM \
         and len({(g.log_root, g.partition, g.segment) for g in groups}) == len(groups)
     own = list(_group_tables(tables, groups))
     written: dict[int, WrittenFile] = {}
     for small in (True, False):
         chosen = [i for i, g in enumerate(groups) if (g.record_bytes < COMPRESS_FROM) is small]
+        if small and local and len(chosen) >= _ENCODE_FROM and encodable(tables[0].schema):
+            rows = (pa.concat_tables(tables) if len(chosen) == len(groups)
+                    else pa.concat_tables([own[i] for i in chosen]))
+            written.update(zip(chosen, _write_encoded(rows, [groups[i] for i in chosen]),
+                               strict=True))
+            continue
         for at in range(0, len(chosen), _FILES_PER_WRITE):
             some = chosen[at:at + _FILES_PER_WRITE]
             if together and len(some) >= _TOGETHER_FROM:
@@ -131,6 +146,26 @@ def _write_alone(group: LogGroup, table: pa.Table, storage: Storage) -> WrittenF
                            table, group.record_bytes, "log",
                            {"partition": str(group.partition), "segment": str(group.segment)},
                            storage=storage)
+
+
+def _write_encoded(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:
+    """``table``'s rows as ``groups`` (all small, all on local disks), encoded together."""
+    starts = [0, *np.cumsum([g.rows for g in groups])[:-1].tolist()]
+    out = []
+    for g, data, stats in zip(groups, encode_files(table, starts, NON_PII_STATS),
+                              FileStats.of_groups(table, starts), strict=True):
+        relative = f"partition={g.partition}/segment={g.segment}/" + \
+            data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
+        final = f"{local_path(g.log_root)}/{relative}"
+        try:
+            place(final, data)
+        except OSError as exc:
+            raise LakeError(f"cannot write data file {final}: {exc}") from exc
+        out.append(WrittenFile("log", relative, len(data),
+                               {"partition": str(g.partition), "segment": str(g.segment)},
+                               stats.json(), stats.records, g.record_bytes,
+                               newest_ms=stats.hi.get("timestamp")))
+    return out
 
 
 def _write_together(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:
