@@ -159,7 +159,8 @@ def runs(values: U8, level_at: list[int], starts: Ints) -> list[int]:
     or -1 when they differ."""
     edges = np.asarray(level_at)[starts]
     lo, hi = np.minimum.reduceat(values, edges), np.maximum.reduceat(values, edges)
-    return np.where(lo == hi, lo.astype(np.int64), -1).tolist()
+    same: list[int] = np.where(lo == hi, lo.astype(np.int64), -1).tolist()
+    return same
 
 
 def levels(values: U8, bits: int, level: int) -> bytes:
