@@ -3,12 +3,15 @@
 An operator watching a first mirror of a large topic wants to know how far it is, how fast it
 goes and when it will be done; Kafka's consumer-lag tools answer this with the broker's end
 offsets against the committed position, and so does this module. The broker is asked at most
-every ``every_s`` seconds, so progress costs one ListOffsets per interval, never one per batch.
+every ``every_s`` seconds, so progress costs one ListOffsets per interval, never one per batch,
+and it is asked from a thread of its own: a ListOffsets of every partition of many topics
+would otherwise hold up the micro-batch that happened to be due.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -46,25 +49,49 @@ class IngestProgress:
         self._topics: set[str] = set()
         self._records: dict[str, int] = {}
         self._last_log = float("-inf")
+        self._lock = threading.Lock()  # the counts, between the batch and the report thread
+        self._report: threading.Thread | None = None
 
     def on_batch(self, _batch_id: int, stats: Mapping[str, BatchStats]) -> None:
+        """Count a batch; once an interval, report from a thread of its own (the previous
+        report still running skips this one)."""
         now = self._clock()
-        for topic, s in stats.items():
-            self._topics.add(topic)
-            self._records[topic] = self._records.get(topic, 0) + s.read
-            for partition, offset in s.next_offsets.items():
-                self._next[(topic, partition)] = offset
-        if now - self._last_log < self._every_s:
+        with self._lock:
+            for topic, s in stats.items():
+                self._topics.add(topic)
+                self._records[topic] = self._records.get(topic, 0) + s.read
+                for partition, offset in s.next_offsets.items():
+                    self._next[(topic, partition)] = offset
+        if now - self._last_log < self._every_s or \
+                (self._report is not None and self._report.is_alive()):
             return
         self._last_log = now
+        self._report = threading.Thread(target=self._log_lines, args=(now,),
+                                        name="ingest-progress", daemon=True)
+        self._report.start()
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait for the report under way, if any."""
+        if self._report is not None:
+            self._report.join(timeout_s)
+
+    def _log_lines(self, now: float) -> None:
         try:
-            self._ends.update(self._broker_ends())
+            ends = self._broker_ends()
         except Exception as exc:  # progress must never stop the mirror
             log.debug("progress: broker end offsets unavailable: %s", exc)
+        else:
+            with self._lock:
+                self._ends.update(ends)
         for line in self.lines(now):
             log.info("%s", line)
 
     def lines(self, now: float) -> list[str]:
+        """One line per topic: records, rate, and the lag behind the broker's end offsets."""
+        with self._lock:
+            return self._lines(now)
+
+    def _lines(self, now: float) -> list[str]:
         out = []
         elapsed = max(now - self._started, 1e-3)
         by_topic: dict[str, list[tuple[str, int]]] = {}  # one scan, not one per topic
