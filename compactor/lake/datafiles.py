@@ -347,6 +347,31 @@ def write_data_file(table_root: str, directory: str, table: pa.Table, record_byt
                        stats.records, record_bytes, newest_ms=stats.hi.get("timestamp"))
 
 
+def write_new(final: str, data: bytes) -> None:
+    """Create the file ``final`` holding ``data``, the directory made when missing; a file
+    already under that name is an error (FileExistsError).
+
+    Written in place, not through a temporary name: a data file's name is unique (its random
+    part), no commit refers to it before its task returns, and a file a killed task left half
+    written is an orphan that the full vacuum deletes (as it deletes temporary files)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(final, flags, 0o666)
+    except FileNotFoundError:  # the segment's first file
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        fd = os.open(final, flags, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(final)
+        raise
+    os.close(fd)
+
+
 def place(final: str, data: bytes | pa.Buffer) -> None:
     """Write ``data`` to ``final`` through a temporary file beside it, so that the name never
     shows a partial file; the directory is made when missing."""

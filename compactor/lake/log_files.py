@@ -27,8 +27,8 @@ from compactor.lake.datafiles import (
     FileStats,
     WrittenFile,
     parquet_options,
-    place,
     write_data_file,
+    write_new,
 )
 from compactor.lake.layout import data_file_name
 from compactor.lake.parquet_encoder import encodable, encode_files
@@ -89,12 +89,13 @@ def write_log_rows(tables: Sequence[pa.Table], groups: Sequence[LogGroup], *,
     order given: the groups take the rows of ``tables`` (the log's data columns, without
     partition and segment) one after another, a group's rows all in one table.
 
-    On a local disk, the small files (under COMPRESS_FROM record bytes, uncompressed) are
-    encoded together (:func:`compactor.lake.parquet_encoder.encode_files`), whatever logs
-    they belong to, and :data:`_TOGETHER_FROM` or more large ones go through one Arrow dataset
-    write; each file is written under a temporary name beside its final place, then renamed.
-    A micro-batch writes one small file per partition with records, of every topic, and a
-    writer's set-up per file would cost more than the files. Otherwise (object storage,
+    On a local disk, :data:`_ENCODE_FROM` or more small files (under COMPRESS_FROM record
+    bytes, uncompressed) are encoded together
+    (:func:`compactor.lake.parquet_encoder.encode_files`), whatever logs they belong to, and
+    each is written once under its final name; :data:`_TOGETHER_FROM` or more large ones go
+    through one Arrow dataset write, each under a temporary name beside its final place, then
+    renamed. A micro-batch writes one small file per partition with records, of every topic,
+    and a writer's set-up per file would cost more than the files. Otherwise (object storage,
     fewer large files, tables of differing columns or two groups of one segment of a log)
     one :func:`write_data_file` each.
     """
@@ -149,7 +150,8 @@ def _write_alone(group: LogGroup, table: pa.Table, storage: Storage) -> WrittenF
 
 
 def _write_encoded(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:
-    """``table``'s rows as ``groups`` (all small, all on local disks), encoded together."""
+    """``table``'s rows as ``groups`` (all small, all on local disks), encoded together, each
+    file written once under its final name (:func:`~compactor.lake.datafiles.write_new`)."""
     starts = [0, *np.cumsum([g.rows for g in groups])[:-1].tolist()]
     out = []
     for g, data, stats in zip(groups, encode_files(table, starts, NON_PII_STATS),
@@ -158,7 +160,7 @@ def _write_encoded(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenF
             data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
         final = f"{local_path(g.log_root)}/{relative}"
         try:
-            place(final, data)
+            write_new(final, data)
         except OSError as exc:
             raise LakeError(f"cannot write data file {final}: {exc}") from exc
         out.append(WrittenFile("log", relative, len(data),

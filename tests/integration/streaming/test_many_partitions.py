@@ -40,7 +40,7 @@ def _records(round_: int, per_partition: int) -> list[Record]:
 def test_a_batch_over_three_topics_puts_each_record_in_its_own_topics_log(
         kafka: Any, kafka_topic: Any, tmp_path: Path) -> None:
     """One micro-batch over three topics of 12 partitions on two cores: each write task holds
-    18 files of all three topics, which share one dataset write. Each topic's log, read back
+    18 files of all three topics, which are encoded together. Each topic's log, read back
     with delta-rs, holds exactly its own records, each at the offset Kafka gave it, and no
     temporary file is left in the lake."""
     servers = kafka.bootstrap_servers

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from compactor.lake.datafiles import (
     NON_PII_STATS,
     DataFileBuilder,
     write_data_file,
+    write_new,
 )
 from compactor.lake.storage import LOCAL
 
@@ -158,3 +160,14 @@ def test_a_year_before_1000_is_written_with_four_digits_and_read_either_way() ->
     assert parsed("0999-12-31T23:59:59.999Z") == ms
     assert parsed("999-12-31T23:59:59.999Z") == ms
     assert parsed("1-01-01T00:00:00.000Z") == -62_135_596_800_000
+
+
+def test_a_new_file_is_made_with_its_folder_and_never_over_another(tmp_path: Path) -> None:
+    """write_new makes a segment's first folder, and refuses a name that is already taken,
+    leaving that file as it was."""
+    final = tmp_path / "partition=1" / "segment=0" / "f.parquet"
+    write_new(str(final), b"first")
+    assert final.read_bytes() == b"first"
+    with pytest.raises(FileExistsError):
+        write_new(str(final), b"second")
+    assert final.read_bytes() == b"first"
