@@ -23,6 +23,8 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from json.encoder import encode_basestring_ascii as _json_string
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -51,11 +53,11 @@ def _path(relative: str) -> str:
     return quote(relative, safe="/=")
 
 
-def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], operation: str,
-                 summary: str, partition_by: list[str], now_ms: int,
-                 removes: Sequence[tuple[DataFile, bool]] = (),
-                 moved: Sequence[WrittenFile] = ()) -> list[str]:
-    """The JSON lines of a commit, in the fields delta-rs writes: ``removes`` (file, whether
+def commit_actions(adds: Sequence[WrittenFile], txns: Sequence[Transaction], operation: str,
+                   summary: str, partition_by: list[str], now_ms: int,
+                   removes: Sequence[tuple[DataFile, bool]] = (),
+                   moved: Sequence[WrittenFile] = ()) -> list[dict[str, Any]]:
+    """The actions of a commit, in the fields delta-rs writes: ``removes`` (file, whether
     records go with it), ``adds``, ``moved`` (added with no data change), ``txns``."""
     info = {
         "timestamp": now_ms, "operation": "WRITE",
@@ -84,15 +86,34 @@ def commit_lines(adds: Sequence[WrittenFile], txns: Sequence[Transaction], opera
         if t.last_updated is not None:
             txn["lastUpdated"] = t.last_updated
         actions.append({"txn": txn})
-    return [json.dumps(a, separators=(",", ":")) for a in actions]
+    return actions
+
+
+def commit_lines(actions: Sequence[dict[str, Any]]) -> list[str]:
+    """The JSON lines of a commit's actions, as ``json.dumps`` writes them compactly."""
+    return [_add_line(a["add"]) if "add" in a else json.dumps(a, separators=(",", ":"))
+            for a in actions]
+
+
+def _add_line(add: dict[str, Any]) -> str:
+    """An add action of :func:`commit_actions` as ``json.dumps`` writes it, formatted
+    directly: a micro-batch's commit holds one per partition with records."""
+    values = ",".join(f"{_json_string(k)}:{_json_string(v)}"
+                      for k, v in add["partitionValues"].items())
+    return (f'{{"add":{{"path":{_json_string(add["path"])},"partitionValues":{{{values}}},'
+            f'"size":{int(add["size"])},"modificationTime":{int(add["modificationTime"])},'
+            f'"dataChange":{"true" if add["dataChange"] else "false"},'
+            f'"stats":{_json_string(add["stats"])}}}}}')
 
 
 @dataclass(frozen=True)
 class Staged:
-    """A commit's lines written to a temporary file in the log's ``_delta_log``, not yet
-    synced (:func:`stage`): :func:`~compactor.lake.commit_files.sync_files` them, then
-    :func:`append` links the file under the next version; the stager removes it after."""
+    """A commit's actions and their lines, written to a temporary file in the log's
+    ``_delta_log``, not yet synced (:func:`stage`): :func:`~compactor.lake.commit_files.sync_files`
+    them, then :func:`append` links the file under the next version; the stager removes it
+    after."""
 
+    actions: list[dict[str, Any]]
     lines: list[str]
     path: str
 
@@ -104,10 +125,11 @@ def stage(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Tra
     Raises LakeError when the disk refuses."""
     if not is_local(follower.uri):
         return None
-    lines = commit_lines(adds, txns, operation, summary, partition_by, now_ms)
+    actions = commit_actions(adds, txns, operation, summary, partition_by, now_ms)
+    lines = commit_lines(actions)
     log_dir = join(local_path(follower.uri), "_delta_log")
     try:
-        return Staged(lines, commit_files.stage(log_dir, lines, sync=False))
+        return Staged(actions, lines, commit_files.stage(log_dir, lines, sync=False))
     except OSError as exc:
         raise LakeError(f"cannot write a commit of the Delta log {follower.uri}: {exc}") \
             from exc
@@ -124,23 +146,24 @@ def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Tr
     The commit file is written by :meth:`LogFollower.append` where it can be (see the module
     docstring); otherwise delta-rs commits from the follower's table, after the same checks.
     """
-    lines = staged.lines if staged is not None else commit_lines(
+    actions = staged.actions if staged is not None else commit_actions(
         adds, txns, operation, summary, partition_by, now_ms, removes, moved)
+    lines = staged.lines if staged is not None else commit_lines(actions)
     removed = [f.path for f, _ in removes]
     version = follower.append(lines, check, removed,
-                              staged.path if staged is not None else None)
+                              staged.path if staged is not None else None, actions)
     if version is not None:
         return version
     table = follower.table_for_commit()
     check(follower.position)
     follower.check_live(removed)
-    actions: list[AddAction | RemoveAction] = [
+    changes: list[AddAction | RemoveAction] = [
         RemoveAction(f.path, data_change, now_ms, f.size_bytes,
                      {"partition": str(f.partition), "segment": str(f.segment)})
         for f, data_change in removes]
-    actions += [add_action(f, now_ms) for f in adds]
-    actions += [add_action(f, now_ms, data_change=False) for f in moved]
+    changes += [add_action(f, now_ms) for f in adds]
+    changes += [add_action(f, now_ms, data_change=False) for f in moved]
     table.create_write_transaction(
-        actions, "append", schema, partition_by=partition_by,
+        changes, "append", schema, partition_by=partition_by,
         commit_properties=operations.properties(operation, summary, txns))
     return None

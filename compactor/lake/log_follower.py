@@ -164,12 +164,14 @@ class LogFollower:
             return self._base
 
     def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
-               removed: Sequence[str] = (), staged: str | None = None) -> int | None:
+               removed: Sequence[str] = (), staged: str | None = None,
+               actions: Sequence[dict[str, Any]] | None = None) -> int | None:
         """Commit ``lines`` as the next version once ``check`` passes against the positions
         there and the ``removed`` paths are live; the version, or None when this log's commits
         must go through delta-rs (object storage, table features). ``staged``: a durable
         temporary file in ``_delta_log`` already holding ``lines``
-        (:func:`~compactor.lake.commit_files.stage`); the caller removes it.
+        (:func:`~compactor.lake.commit_files.stage`); the caller removes it. ``actions``:
+        the lines' actions, when the caller has them (not parsed again).
 
         The commit protocol, under this follower's lock (itself taken under the run's commit
         lock):
@@ -211,9 +213,10 @@ class LogFollower:
                 except OSError as exc:
                     raise LakeError(f"cannot write commit {version} of the Delta log "
                                     f"{self.uri}: {exc}") from exc
-                try:  # our own commit, from the lines it holds: no read of the file back
-                    for line in lines:
-                        self._apply(json.loads(line))
+                try:  # our own commit, from what it holds: no read of the file back
+                    for action in (actions if actions is not None
+                                   else map(json.loads, lines)):
+                        self._apply(action)
                     self._version = version
                 except Overtaken:
                     self._base = None  # replaced just after our commit: reload at next look

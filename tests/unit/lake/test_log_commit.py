@@ -19,7 +19,7 @@ from deltalake.transaction import CommitProperties, Transaction
 from compactor.exceptions import LakeError
 from compactor.lake import log_commit, operations
 from compactor.lake.commit_files import Conflict, remove_stale_temporaries, sync_files
-from compactor.lake.datafiles import add_action
+from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import LOG_PARTITION_COLUMNS, LOG_SCHEMA, ensure_table
 from compactor.lake.log_follower import LogFollower
 from compactor.lake.segments import read_partition_logs
@@ -69,6 +69,22 @@ def test_a_commit_file_of_ours_reads_back_in_delta_rs_as_files_positions_and_his
     assert view is not None and view.version == 1
     assert dict(view.partitions) == dict(read_partition_logs(table))
     assert follower.full_loads == 1
+
+
+def test_add_lines_are_what_json_dumps_writes() -> None:
+    """The add actions' lines, formatted directly, are byte for byte json.dumps's compact
+    lines, whatever a path, a partition value or the statistics hold."""
+    files = [WrittenFile("log", path, 10, {"partition": "3", "segment": "7"}, stats, 1, 5,
+                         modified_ms=modified)
+             for path, stats, modified in [
+                 ("partition=3/segment=7/a.parquet", '{"numRecords":1}', None),
+                 ('p=\u00e9 "q"/\\b\n.parquet', '{"k":"\\\"\u2028"}', 12)]]
+    actions = log_commit.commit_actions(files, [INGEST.moved_to(4, 3, now_ms=9)],
+                                        operations.INGEST, "é", LOG_PARTITION_COLUMNS, 99,
+                                        moved=files[:1])
+    assert log_commit.commit_lines(actions) == [json.dumps(a, separators=(",", ":"))
+                                                for a in actions]
+    assert sum("add" in a for a in actions) == 3
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["written", "staged"])
@@ -196,7 +212,8 @@ def test_removes_and_rewrites_land_once_and_a_second_remove_of_a_file_conflicts(
     assert view is not None
     live = list(view.partitions[0].segments[0].files)
     merged = _file(root, 0, 0, range(0, 4))
-    blind = log_commit.commit_lines([], [], operations.INGEST, "nothing removed", [], 0)
+    blind = log_commit.commit_lines(
+        log_commit.commit_actions([], [], operations.INGEST, "nothing removed", [], 0))
     assert json.loads(blind[0])["commitInfo"]["isBlindAppend"] is True
     version = log_commit.append(
         follower, [], [], operations.REWRITE_SEGMENTS, "merge", lambda position: None,
