@@ -39,6 +39,8 @@ from compactor.lake.written_records import RANGE_BYTES, TASK_BYTES, WrittenRecor
 # The newest segment's rows are written once their records hold this many bytes.
 _FLUSH_BYTES = 64 * 1024 * 1024
 
+_NONE_REJECTED = Rejections({}, None)
+
 Rows = npt.NDArray[np.int64]  # a number per row
 Mask = npt.NDArray[np.bool_]
 
@@ -72,6 +74,8 @@ class _TaskRows:
 
 def _rejections(partition: int, tables: list[pa.Table]) -> Rejections:
     """How many records went to ``rejected`` per kind, and the reason of the earliest."""
+    if not tables:
+        return _NONE_REJECTED
     counts: dict[str, int] = {}
     first: tuple[int, str] | None = None
     for table in tables:

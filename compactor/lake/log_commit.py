@@ -20,6 +20,7 @@ delta-rs where that protocol does not apply.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -49,8 +50,12 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
     _ENGINE = "kafka-lake-compactor"
 
 
+# What quote() leaves as it is with safe="/=": the log's own file names are all of it.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~/=-]*")
+
+
 def _path(relative: str) -> str:
-    return quote(relative, safe="/=")
+    return relative if _UNQUOTED.fullmatch(relative) else quote(relative, safe="/=")
 
 
 def commit_actions(adds: Sequence[WrittenFile], txns: Sequence[Transaction], operation: str,

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from deltalake import DeltaTable
@@ -302,3 +303,10 @@ def test_staged_commits_synced_at_once_stop_at_a_file_that_cannot_be_synced(
     os.remove(staged[3])
     with pytest.raises(FileNotFoundError):
         sync_files(staged)
+
+
+def test_paths_are_quoted_as_urllib_quotes_them() -> None:
+    """A path of the log's own characters is taken as it is, any other quoted by urllib."""
+    for path in ["partition=1/segment=0/00000000000000000001-00000000000000000002.9b.ab.parquet",
+                 "a b/é", "x%y", "~a_b-c.d", "q?r#s&t+u,v;w:x@y!z*'()"]:
+        assert log_commit._path(path) == quote(path, safe="/=")
