@@ -18,6 +18,8 @@ Jobs:
   table of four users (``user_id``, ``plan``, ``region``, ``email``) with delta-spark; per
   table its protocol (``DESCRIBE DETAIL``'s reader and writer versions and features).
 - ``{"keys": {path: column}}``: per table the sorted values of ``column`` delta-spark reads.
+- ``{"records": [path, ...]}``: per log table every column of every row delta-spark reads,
+  binary as hex and the timestamp in microseconds, sorted by partition and offset.
 - ``{"catalog": {"conf": {...}, "database": db}}``: with the extra session settings (a Hive
   metastore), the tables of ``db`` and per table its row count and location.
 - ``{"changes": path}``: the table's change data feed from version 0 (``readChangeFeed``):
@@ -149,6 +151,15 @@ def keys(spark: SparkSession, tables: dict[str, str]) -> dict[str, Any]:
             for path, column in tables.items()}
 
 
+def records(spark: SparkSession, paths: list[str]) -> dict[str, Any]:
+    columns = ["partition", "offset", "hex(key)", "hex(value)", "topic", "timestampType",
+               "unix_micros(timestamp)", "deleteHorizonMs", "segment",
+               "to_json(transform(headers, h -> named_struct('k', h.key, 'v', hex(h.value))))"]
+    return {path: [list(r) for r in spark.read.format("delta").load(path)
+                   .selectExpr(*columns).orderBy("partition", "offset").collect()]
+            for path in paths}
+
+
 def changes(spark: SparkSession, path: str) -> dict[str, Any]:
     try:
         rows = (spark.read.format("delta").option("readChangeFeed", "true")
@@ -177,6 +188,8 @@ def run(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
         return create(spark, job["create"])
     if "keys" in job:
         return keys(spark, job["keys"])
+    if "records" in job:
+        return records(spark, job["records"])
     if "catalog" in job:
         return catalog(spark, job["catalog"]["database"])
     if "changes" in job:

@@ -8,6 +8,8 @@ It runs in an environment of its own (``tests/lakehouse/delta_spark.py``).
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -23,6 +26,26 @@ from compactor.lake.layout import topic_paths
 from tests.conftest import wait_until
 from tests.integration.helpers import run_once, write_config
 from tests.lakehouse.delta_spark import job_result, run_job, start_job
+
+
+def _records(path: str) -> list[list[object]]:
+    """Every column of every row of a log as delta-spark's ``records`` job gives them,
+    read by deltalake."""
+    rows = DeltaTable(path).to_pyarrow_table().sort_by([("partition", "ascending"),
+                                                       ("offset", "ascending")]).to_pylist()
+
+    def hexed(data: bytes | None) -> str | None:
+        return None if data is None else data.hex().upper()
+
+    return [[r["partition"], r["offset"], hexed(r["key"]), hexed(r["value"]), r["topic"],
+             r["timestampType"],
+             (r["timestamp"] - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+                 microseconds=1), r["deleteHorizonMs"], r["segment"],
+             None if r["headers"] is None else json.dumps(  # to_json leaves out nulls
+                 [{k: v for k, v in (("k", h["key"]), ("v", hexed(h["value"])))
+                   if v is not None} for h in r["headers"]],
+                 separators=(",", ":"), ensure_ascii=False)]
+            for r in rows]
 
 
 def _positions(path: str, version: int | None = None) -> list[list[int]]:
@@ -48,15 +71,24 @@ def test_delta_spark_reads_every_table_as_deltalake_does(
     paths = topic_paths(config.lake_path, topic)
     tables = {"log": paths.log, "table": paths.table, "rejected": paths.rejected,
               "erasures": f"{paths.root}/erasures"}
-    # A topic of many partitions: a write task writes its files with one dataset write
-    # (compactor/lake/log_files.py).
+    # A topic of many partitions: a write task encodes its small files itself
+    # (compactor/lake/parquet_encoder.py), headers of every shape included.
     wide = topic_factory(40, {"cleanup.policy": "delete"})
-    produce(broker.bootstrap_servers, wide, [Record(b"w%d" % i, b"v", i % 40) for i in range(80)])
+    shapes: list[tuple[tuple[str, bytes | None], ...]] = [
+        (), (("trace", b"\x00\xff"),), (("a", None), ("b", b"")), (("é", b"x"),) * 3]
+    produce(broker.bootstrap_servers, wide, [
+        Record(b"w%d" % i, None if i % 9 == 4 else b"v%d" % i, i % 40, headers=shapes[i % 4])
+        for i in range(80)])
     wide_config = lake_config(wide, log_cleaner_enable="false")
     run_once(wide_config)
     tables["wide log"] = topic_paths(wide_config.lake_path, wide).log
+    wide_files = DeltaTable(tables["wide log"]).file_uris()
+    assert wide_files and all(pq.ParquetFile(f).metadata.created_by.startswith(
+        "kafka-lake-compactor") for f in wide_files)
 
     seen = run_job({"batch": tables})
+    assert run_job({"records": [tables["wide log"]]})[tables["wide log"]] == \
+        _records(tables["wide log"])
 
     for name in tables:
         assert seen[name]["rows"] == _positions(tables[name]), name
