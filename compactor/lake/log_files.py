@@ -153,9 +153,13 @@ def _write_encoded(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenF
     """``table``'s rows as ``groups`` (all small, all on local disks), encoded together, each
     file written once under its final name (:func:`~compactor.lake.datafiles.write_new`)."""
     starts = [0, *np.cumsum([g.rows for g in groups])[:-1].tolist()]
+    try:
+        encoded = encode_files(table, starts, NON_PII_STATS)
+    except pa.ArrowException as exc:
+        raise LakeError(f"cannot encode {len(groups)} data files of "
+                        f"{groups[0].log_root}: {exc}") from exc
     out = []
-    for g, data, stats in zip(groups, encode_files(table, starts, NON_PII_STATS),
-                              FileStats.of_groups(table, starts), strict=True):
+    for g, data, stats in zip(groups, encoded, FileStats.of_groups(table, starts), strict=True):
         relative = f"partition={g.partition}/segment={g.segment}/" + \
             data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
         final = f"{local_path(g.log_root)}/{relative}"
