@@ -167,8 +167,13 @@ def encode_files(table: pa.Table, starts: Sequence[int],
     """Each group of ``table``'s rows (groups start at ``starts``, ascending, the first at
     0, none empty) as the bytes of one Parquet file, with statistics (min, max, null count)
     of the ``stats`` columns only. ``table``'s schema must be :func:`encodable`."""
-    if not encodable(table.schema):
-        raise LakeError(f"cannot encode columns {table.schema} as plain Parquet pages")
+    unfit = next((f for f in table.schema if not _fits(f)), None)
+    if unfit is not None or not len(table.schema):
+        what = "no column" if unfit is None else \
+            f"column {unfit.name!r} ({unfit.type}{'' if unfit.nullable else ', not null'})"
+        raise LakeError(f"cannot encode {what} as plain Parquet pages: only nullable binary, "
+                        "string, int32, int64 and timestamp (ms, us) columns and lists of "
+                        "structs of the first four are")
     ends = [*starts[1:], table.num_rows]
     if not starts or starts[0] != 0 or any(e <= s for s, e in zip(starts, ends, strict=True)):
         raise LakeError(f"file groups starting at {list(starts)[:8]} do not split "
