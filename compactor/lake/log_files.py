@@ -108,21 +108,23 @@ def write_log_rows(tables: Sequence[pa.Table], groups: Sequence[LogGroup], *,
     together = local and len(groups) >= _TOGETHER_FROM \
         and len({(g.log_root, g.partition, g.segment) for g in groups}) == len(groups)
     own = list(_group_tables(tables, groups))
+
+    def rows_of(chosen: list[int]) -> pa.Table:
+        """The rows of the ``chosen`` groups, in their order."""
+        return (pa.concat_tables(tables) if len(chosen) == len(groups)
+                else pa.concat_tables([own[i] for i in chosen]))
+
     written: dict[int, WrittenFile] = {}
     for small in (True, False):
         chosen = [i for i, g in enumerate(groups) if (g.record_bytes < COMPRESS_FROM) is small]
         if small and local and len(chosen) >= _ENCODE_FROM and encodable(tables[0].schema):
-            rows = (pa.concat_tables(tables) if len(chosen) == len(groups)
-                    else pa.concat_tables([own[i] for i in chosen]))
-            written.update(zip(chosen, _write_encoded(rows, [groups[i] for i in chosen]),
-                               strict=True))
+            written.update(zip(chosen, _write_encoded(rows_of(chosen),
+                                                      [groups[i] for i in chosen]), strict=True))
             continue
         for at in range(0, len(chosen), _FILES_PER_WRITE):
             some = chosen[at:at + _FILES_PER_WRITE]
             if together and len(some) >= _TOGETHER_FROM:
-                rows = (pa.concat_tables(tables) if len(some) == len(groups)
-                        else pa.concat_tables([own[i] for i in some]))
-                files = _write_together(rows, [groups[i] for i in some])
+                files = _write_together(rows_of(some), [groups[i] for i in some])
             else:
                 files = [_write_alone(groups[i], own[i], storage) for i in some]
             written.update(zip(some, files, strict=True))
@@ -160,18 +162,28 @@ def _write_encoded(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenF
                         f"{groups[0].log_root}: {exc}") from exc
     out = []
     for g, data, stats in zip(groups, encoded, FileStats.of_groups(table, starts), strict=True):
-        relative = f"partition={g.partition}/segment={g.segment}/" + \
-            data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
+        relative = _relative(g, stats)
         final = f"{local_path(g.log_root)}/{relative}"
         try:
             write_new(final, data)
         except OSError as exc:
             raise LakeError(f"cannot write data file {final}: {exc}") from exc
-        out.append(WrittenFile("log", relative, len(data),
-                               {"partition": str(g.partition), "segment": str(g.segment)},
-                               stats.json(), stats.records, g.record_bytes,
-                               newest_ms=stats.hi.get("timestamp")))
+        out.append(_written(g, relative, len(data), stats))
     return out
+
+
+def _relative(group: LogGroup, stats: FileStats) -> str:
+    """A group's data file name, under its segment's folder."""
+    return f"partition={group.partition}/segment={group.segment}/" + \
+        data_file_name(stats.lo["offset"], stats.hi["offset"], group.record_bytes)
+
+
+def _written(group: LogGroup, relative: str, size: int, stats: FileStats) -> WrittenFile:
+    """A group's data file, written, as the commit takes it."""
+    return WrittenFile("log", relative, size,
+                       {"partition": str(group.partition), "segment": str(group.segment)},
+                       stats.json(), stats.records, group.record_bytes,
+                       newest_ms=stats.hi.get("timestamp"))
 
 
 def _write_together(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:
@@ -211,14 +223,10 @@ def _write_together(table: pa.Table, groups: Sequence[LogGroup]) -> list[Written
         out = []
         for g, folder, stats in zip(groups, folders, FileStats.of_groups(table, starts),
                                     strict=True):
-            relative = f"partition={g.partition}/segment={g.segment}/" + \
-                data_file_name(stats.lo["offset"], stats.hi["offset"], g.record_bytes)
+            relative = _relative(g, stats)
             tmp, size = spooled.pop(folder)
             os.replace(tmp, f"{roots[g.log_root]}/{relative}")
-            out.append(WrittenFile("log", relative, size,
-                                   {"partition": str(g.partition), "segment": str(g.segment)},
-                                   stats.json(), stats.records, g.record_bytes,
-                                   newest_ms=stats.hi.get("timestamp")))
+            out.append(_written(g, relative, size, stats))
         return out
     except (OSError, pa.ArrowException) as exc:
         raise LakeError(f"cannot write data files in {base}: {exc}") from exc

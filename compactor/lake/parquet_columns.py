@@ -128,10 +128,11 @@ def bounds(arr: pa.Array, width: int, starts: Ints) -> Bounds:
 def list_leaves(arr: pa.Array, widths: list[int]) -> list[Leaf]:
     """A list of structs' fields (``widths`` of each, 0 for byte arrays) as leaves."""
     present = valid(arr)
-    lengths = np.diff(_offsets(arr)) * present
+    offsets = _offsets(arr)
+    lengths = np.diff(offsets) * present
     starts = _exclusive(lengths)
     total = int(starts[-1])
-    first = np.repeat(_offsets(arr)[:-1] - starts[:-1], lengths)
+    first = np.repeat(offsets[:-1] - starts[:-1], lengths)
     elements = arr.values.take(pa.array(first + np.arange(total), pa.int64()))
     element_ok = valid(elements)
     entries = np.maximum(lengths, 1)  # a null or empty list still has one level

@@ -56,16 +56,27 @@ def _fits(f: pa.Field) -> bool:
     return f.nullable and _flat(t) is not None
 
 
+def _refusal(schema: pa.Schema) -> str | None:
+    """Why :func:`encode_files` cannot encode tables of ``schema``; None when it can."""
+    unfit = next((f for f in schema if not _fits(f)), None)
+    if unfit is None and len(schema):
+        return None
+    what = "no column" if unfit is None else \
+        f"column {unfit.name!r} ({unfit.type}{'' if unfit.nullable else ', not null'})"
+    return (f"cannot encode {what} as plain Parquet pages: only nullable binary, string, "
+            "int32, int64 and timestamp (ms, us) columns and lists of structs of the first "
+            "four are")
+
+
 def encodable(schema: pa.Schema) -> bool:
     """Whether :func:`encode_files` encodes tables of ``schema``."""
-    return len(schema) > 0 and all(_fits(f) for f in schema)
+    return _refusal(schema) is None
 
 
 @dataclass(frozen=True)
 class _Leaf:
     """A leaf column of the schema."""
 
-    physical: int
     width: int  # bytes of a value; 0 for byte arrays
     bits: int  # of its definition levels
     stats: bool
@@ -114,7 +125,7 @@ def _leaf(path: Sequence[str], t: pa.DataType, bits: int, stats: bool) -> _Leaf:
     meta.sequence(3, tc.BINARY, [tc.binary(p.encode()) for p in path]).number(4, 0)  # uncompressed
     # ColumnChunk: file_offset 0 (deprecated), then its ColumnMetaData.
     head = tc.field(2, tc.I64) + tc.zigzag(0) + tc.field(1, tc.STRUCT) + meta.encoded()
-    return _Leaf(physical, width, bits, stats, head)
+    return _Leaf(width, bits, stats, head)
 
 
 @functools.lru_cache(maxsize=16)
@@ -167,13 +178,9 @@ def encode_files(table: pa.Table, starts: Sequence[int],
     """Each group of ``table``'s rows (groups start at ``starts``, ascending, the first at
     0, none empty) as the bytes of one Parquet file, with statistics (min, max, null count)
     of the ``stats`` columns only. ``table``'s schema must be :func:`encodable`."""
-    unfit = next((f for f in table.schema if not _fits(f)), None)
-    if unfit is not None or not len(table.schema):
-        what = "no column" if unfit is None else \
-            f"column {unfit.name!r} ({unfit.type}{'' if unfit.nullable else ', not null'})"
-        raise LakeError(f"cannot encode {what} as plain Parquet pages: only nullable binary, "
-                        "string, int32, int64 and timestamp (ms, us) columns and lists of "
-                        "structs of the first four are")
+    refusal = _refusal(table.schema)
+    if refusal is not None:
+        raise LakeError(refusal)
     ends = [*starts[1:], table.num_rows]
     if not starts or starts[0] != 0 or any(e <= s for s, e in zip(starts, ends, strict=True)):
         raise LakeError(f"file groups starting at {list(starts)[:8]} do not split "
