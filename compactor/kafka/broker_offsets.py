@@ -1,4 +1,10 @@
-"""Where each partition's log starts and ends on the cluster, as a consumer would see it."""
+"""Where each partition's log starts and ends on the cluster, as a consumer would see it.
+
+The offsets are asked through a consumer's ``offsets_for_times`` with Kafka's special
+timestamps (-2: the log start, -1: the end by isolation level), one ListOffsets request per
+leader answered in one list: the AdminClient's ``list_offsets`` makes a Python future per
+partition, which over hundreds of partitions cost more than the request (bench/README.md).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,16 @@ import re
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from compactor.exceptions import BrokerUnavailableError
-from compactor.kafka.admin import admin_client
-from compactor.kafka.clients import request_timeout_s
+from compactor.kafka.clients import assigned_consumer, request_timeout_s
 
 _LEADERSHIP = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+# Partitions this client has no metadata for yet (added since it last asked).
+_UNKNOWN = (KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION)
+# ListOffsets' special timestamps.
+_EARLIEST, _LATEST = -2, -1
 
 
 class OffsetReader:
@@ -25,24 +33,19 @@ class OffsetReader:
 
     def __init__(self, client_config: Mapping[str, str], timeout_s: float | None = None,
                  retries: int = 0, retry_interval_ms: int = 1000) -> None:
-        self._admin = admin_client(client_config)
+        self._client = assigned_consumer(client_config, **{"isolation.level": "read_committed"})
         self._timeout = (timeout_s if timeout_s is not None
                          else request_timeout_s(client_config, 30.0))
         # Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs: offset requests are
         # tried again this many times before the error stands.
         self._retries = retries
         self._retry_interval_s = retry_interval_ms / 1000
-        self._isolation = (
-            IsolationLevel.READ_UNCOMMITTED
-            if client_config.get("isolation.level") == "read_uncommitted"
-            else IsolationLevel.READ_COMMITTED
-        )
         self._servers = client_config.get("bootstrap.servers", "?")
 
     def partitions(self, topics: list[str] | None, pattern: str | None) -> list[tuple[str, int]]:
         """Partitions of the subscribed topics (or of every topic matching ``pattern``)."""
         try:
-            meta = self._admin.list_topics(timeout=self._timeout)
+            meta = self._client.list_topics(timeout=self._timeout)
         except KafkaException as exc:
             raise BrokerUnavailableError(
                 f"cannot reach Kafka at {self._servers}: {exc.args[0]} "
@@ -64,24 +67,23 @@ class OffsetReader:
         broker froze mid-request) counts as a failed attempt like an error does: taken as an
         offset, it would read as a truncated topic and stop the run for data loss.
         """
-        spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+        spec = _EARLIEST if which == "earliest" else _LATEST
         return self._list({tp: spec for tp in tps}, f"{which} offsets", 0)
 
     def offsets_for_times(self, timestamps: Mapping[tuple[str, int], int],
                           ) -> dict[tuple[str, int], int | None]:
         """For each partition, the first offset whose record's timestamp is at or after the
         given time (milliseconds since the epoch); None where no record is that recent."""
-        found = self._list({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()},
-                           "offsets by timestamp", -1)
+        found = self._list(dict(timestamps), "offsets by timestamp", -1)
         return {tp: None if offset == -1 else offset for tp, offset in found.items()}
 
-    def _list(self, specs: Mapping[tuple[str, int], OffsetSpec], what: str,
+    def _list(self, specs: Mapping[tuple[str, int], int], what: str,
               lowest: int) -> dict[tuple[str, int], int]:
-        """One ListOffsets request for every partition, tried again as configured; an
-        offset below ``lowest`` counts as no answer for its partition."""
+        """One ListOffsets request for every partition (``specs``: its timestamp, or -2 for
+        the log start, -1 for the end), tried again as configured; an offset below
+        ``lowest`` counts as no answer for its partition."""
         if not specs:
             return {}
-        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         refreshed = False
         attempt = 0
         # Leadership moving (a topic just created, a broker restarting) is retried within the
@@ -90,17 +92,19 @@ class OffsetReader:
         while True:
             cause: KafkaException | None = None
             try:
-                futures = self._admin.list_offsets(
-                    request, isolation_level=self._isolation, request_timeout=self._timeout
-                )
-                found = {(tp.topic, tp.partition): f.result().offset
-                         for tp, f in futures.items()}
+                answer = self._client.offsets_for_times(
+                    [TopicPartition(t, p, spec) for (t, p), spec in specs.items()],
+                    self._timeout)
+                failed = next((tp.error for tp in answer if tp.error is not None), None)
+                if failed is not None:
+                    raise KafkaException(failed)
+                found = {(tp.topic, tp.partition): tp.offset for tp in answer}
                 problem = missing_offsets(found, lowest)
             except KafkaException as exc:
                 problem, cause = str(exc.args[0]), exc
                 error = exc.args[0] if exc.args else None
                 if (not refreshed and isinstance(error, KafkaError)
-                        and error.code() == KafkaError._NOENT):
+                        and error.code() in _UNKNOWN):
                     # Partitions added since this client last read the cluster's metadata:
                     # it knows no leader for them until it asks again, once.
                     refreshed = True
@@ -125,7 +129,7 @@ class OffsetReader:
         """Read the metadata of ``topics`` again (librdkafka caches partition leaders)."""
         for topic in sorted(topics):
             try:
-                self._admin.list_topics(topic=topic, timeout=self._timeout)
+                self._client.list_topics(topic=topic, timeout=self._timeout)
             except KafkaException:  # the offsets request that follows reports the failure
                 return
 
