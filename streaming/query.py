@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import pickle
 import re
 import threading
 import time
@@ -164,11 +165,14 @@ class Mirror:
             sizes, context.defaultParallelism, self.config.min_partitions,
             self.config.max_records_per_partition)]
         groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
-        results = (
+        # Each task's results travel as one blob of the standard pickle: Spark's cloudpickle
+        # visits every object of hundreds of results in Python.
+        results = [r for blob in (
             context.parallelize(groups, len(groups))
-            .flatMap(lambda group: write_ranges(group, client, 120_000, fail))
+            .map(lambda group: pickle.dumps(write_ranges(group, client, 120_000, fail),
+                                            pickle.HIGHEST_PROTOCOL))
             .collect()
-        )
+        ) for r in pickle.loads(blob)]
         collected = time.monotonic()
         # Nothing read from a recreated topic is committed: asked now, checked by the commit.
         check = (self.incarnations.verify({plan.topic for plan in plans})

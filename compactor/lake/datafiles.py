@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import json
 import os
 import tempfile
 import uuid
@@ -63,6 +62,10 @@ class WrittenFile:
     # time of the files it replaces, as Kafka keeps a cleaned segment's lastModified.
     modified_ms: int | None = None
     newest_ms: int | None = None  # the newest record timestamp it holds (None: no timestamp)
+    # First and last offset, oldest and newest timestamp (ms) and earliest tombstone horizon
+    # of its records as ``stats`` states them, where the writer kept them: a commit's
+    # follower then need not parse ``stats``.
+    span: tuple[int, int, int | None, int | None, int | None] | None = None
 
 
 def add_action(f: WrittenFile, now_ms: int, data_change: bool = True) -> AddAction:
@@ -169,19 +172,36 @@ class FileStats:
         return out
 
     def json(self) -> str:
-        mins: dict[str, object] = {}
-        maxs: dict[str, object] = {}
+        """The statistics as ``json.dumps`` writes them, formatted directly: a micro-batch
+        describes one file per partition with records. Their names need no escaping."""
+        mins: list[str] = []
+        maxs: list[str] = []
         for name in self.lo:
             lo, hi = self.lo[name], self.hi[name]
             if name == "timestamp":
                 lo_s, hi_s = _iso_ms(lo), _iso_ms(hi)
                 if lo_s is None or hi_s is None:
                     continue  # beyond what Delta's timestamp statistics can express
-                mins[name], maxs[name] = lo_s, hi_s
+                mins.append(f'"{name}": "{lo_s}"')
+                maxs.append(f'"{name}": "{hi_s}"')
             else:
-                mins[name], maxs[name] = lo, hi
-        return json.dumps({"numRecords": self.records, "minValues": mins, "maxValues": maxs,
-                           "nullCount": self.nulls})
+                mins.append(f'"{name}": {int(lo)}')
+                maxs.append(f'"{name}": {int(hi)}')
+        nulls = ", ".join(f'"{name}": {int(n)}' for name, n in self.nulls.items())
+        return (f'{{"numRecords": {int(self.records)}, "minValues": {{{", ".join(mins)}}}, '
+                f'"maxValues": {{{", ".join(maxs)}}}, "nullCount": {{{nulls}}}}}')
+
+    def span(self) -> tuple[int, int, int | None, int | None, int | None] | None:
+        """First and last offset, oldest and newest timestamp (ms) and earliest tombstone
+        horizon as :meth:`json` states them (None where it leaves one out); None without an
+        offset."""
+        if "offset" not in self.lo:
+            return None
+        lo, hi = self.lo.get("timestamp"), self.hi.get("timestamp")
+        dated = lo is not None and hi is not None and _iso_ms(lo) is not None \
+            and _iso_ms(hi) is not None
+        return (self.lo["offset"], self.hi["offset"], lo if dated else None,
+                hi if dated else None, self.lo.get("deleteHorizonMs"))
 
 
 def file_stats(table: pa.Table) -> str:

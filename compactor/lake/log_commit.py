@@ -37,7 +37,7 @@ from compactor.lake import commit_files, operations
 from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import join
 from compactor.lake.log_follower import LogFollower
-from compactor.lake.segments import DataFile
+from compactor.lake.segments import DataFile, data_file
 from compactor.lake.storage import is_local, local_path
 
 # What a check reads: an app transaction's version at the version being committed on.
@@ -96,8 +96,16 @@ def commit_actions(adds: Sequence[WrittenFile], txns: Sequence[Transaction], ope
 
 def commit_lines(actions: Sequence[dict[str, Any]]) -> list[str]:
     """The JSON lines of a commit's actions, as ``json.dumps`` writes them compactly."""
-    return [_add_line(a["add"]) if "add" in a else json.dumps(a, separators=(",", ":"))
-            for a in actions]
+    return [_add_line(a["add"]) if "add" in a else _txn_line(a["txn"]) if "txn" in a
+            else json.dumps(a, separators=(",", ":")) for a in actions]
+
+
+def _txn_line(txn: dict[str, Any]) -> str:
+    """A txn action of :func:`commit_actions` as ``json.dumps`` writes it, formatted
+    directly: a micro-batch's commit holds one per partition it read."""
+    updated = txn.get("lastUpdated")
+    return (f'{{"txn":{{"appId":{_json_string(txn["appId"])},"version":{int(txn["version"])}'
+            + ("" if updated is None else f',"lastUpdated":{int(updated)}') + "}}")
 
 
 def _add_line(add: dict[str, Any]) -> str:
@@ -109,6 +117,21 @@ def _add_line(add: dict[str, Any]) -> str:
             f'"size":{int(add["size"])},"modificationTime":{int(add["modificationTime"])},'
             f'"dataChange":{"true" if add["dataChange"] else "false"},'
             f'"stats":{_json_string(add["stats"])}}}}}')
+
+
+def _known_files(adds: Sequence[WrittenFile], now_ms: int) -> dict[str, DataFile]:
+    """The files of the add actions whose writer kept their span, by the path their action
+    names: the follower takes them as they are, instead of parsing their statistics."""
+    known = {}
+    for w in adds:
+        if w.span is not None:
+            first, last, oldest, newest, horizon = w.span
+            values = w.partition_values
+            known[_path(w.path)] = data_file(
+                w.path, w.size, int(values["partition"]), int(values["segment"]), first, last,
+                w.records, oldest, newest, horizon,
+                w.modified_ms if w.modified_ms is not None else now_ms)
+    return known
 
 
 @dataclass(frozen=True)
@@ -156,7 +179,8 @@ def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Tr
     lines = staged.lines if staged is not None else commit_lines(actions)
     removed = [f.path for f, _ in removes]
     version = follower.append(lines, check, removed,
-                              staged.path if staged is not None else None, actions)
+                              staged.path if staged is not None else None, actions,
+                              _known_files([*adds, *moved], now_ms))
     if version is not None:
         return version
     table = follower.table_for_commit()

@@ -183,7 +183,7 @@ def _written(group: LogGroup, relative: str, size: int, stats: FileStats) -> Wri
     return WrittenFile("log", relative, size,
                        {"partition": str(group.partition), "segment": str(group.segment)},
                        stats.json(), stats.records, group.record_bytes,
-                       newest_ms=stats.hi.get("timestamp"))
+                       newest_ms=stats.hi.get("timestamp"), span=stats.span())
 
 
 def _write_together(table: pa.Table, groups: Sequence[LogGroup]) -> list[WrittenFile]:

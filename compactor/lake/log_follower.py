@@ -23,7 +23,8 @@ Protocol of :meth:`LogFollower.view` (under the follower's lock):
 2. Read ``<version + 1>.json``, ``<version + 2>.json``, ... until one does not exist; apply
    each commit's ``remove`` (the file leaves), ``add`` (the file joins) and ``txn`` (the
    position moves) actions in order, and mark the partitions they touch.
-3. Rebuild the :class:`PartitionLog` of marked partitions only; return a frozen view.
+3. Rebuild the :class:`PartitionLog` (and rewrite fence) of marked partitions only; return
+   a frozen view.
 4. Start over at step 1 when a commit file is unreadable or has an action we do not know
    how to apply (a ``metaData`` action with another table id: the table was replaced), or
    when the log moved past us: the next commit file is missing but ``_last_checkpoint``
@@ -111,6 +112,7 @@ class LogFollower:
         self._txns: dict[str, int | None] = {}  # moved since the base snapshot, or found in it
         self._all_txns = False  # _txns holds every app transaction of the base snapshot
         self._logs: dict[int, PartitionLog] = {}
+        self._rewrites: dict[int, int] = {}  # per partition of _logs its REWRITE fence
         self._dirty: set[int] = set()  # partitions whose PartitionLog is rebuilt
         self._dirty_segments: set[tuple[int, int]] = set()  # segments rebuilt from their files
         self._plain = False  # its protocol lets :meth:`append` write commit files
@@ -125,8 +127,8 @@ class LogFollower:
                 return None
             self._dirty.update(p for p in partitions if p not in self._logs)
             self._rebuild()
-            rewrites = {p: self._txn(REWRITE.id(p)) or 0 for p in self._logs}
-            return LogView(self.uri, self._version, self._table_id, dict(self._logs), rewrites)
+            return LogView(self.uri, self._version, self._table_id, dict(self._logs),
+                           dict(self._rewrites))
 
     def table_for_commit(self) -> DeltaTable:
         """This follower's delta-rs table, brought to the latest version, for a commit.
@@ -165,13 +167,16 @@ class LogFollower:
 
     def append(self, lines: list[str], check: Callable[[Callable[[str], int | None]], None],
                removed: Sequence[str] = (), staged: str | None = None,
-               actions: Sequence[dict[str, Any]] | None = None) -> int | None:
+               actions: Sequence[dict[str, Any]] | None = None,
+               known: Mapping[str, DataFile] | None = None) -> int | None:
         """Commit ``lines`` as the next version once ``check`` passes against the positions
         there and the ``removed`` paths are live; the version, or None when this log's commits
         must go through delta-rs (object storage, table features). ``staged``: a durable
         temporary file in ``_delta_log`` already holding ``lines``
         (:func:`~compactor.lake.commit_files.stage`); the caller removes it. ``actions``:
-        the lines' actions, when the caller has them (not parsed again).
+        the lines' actions, when the caller has them (not parsed again); ``known``: the files
+        of some of their add actions, by the path the action names (their statistics are not
+        parsed).
 
         The commit protocol, under this follower's lock (itself taken under the run's commit
         lock):
@@ -216,7 +221,7 @@ class LogFollower:
                 try:  # our own commit, from what it holds: no read of the file back
                     for action in (actions if actions is not None
                                    else map(json.loads, lines)):
-                        self._apply(action)
+                        self._apply(action, known)
                     self._version = version
                 except Overtaken:
                     self._base = None  # replaced just after our commit: reload at next look
@@ -326,6 +331,7 @@ class LogFollower:
         self._files, self._where, self._segments = {}, {}, {}
         found = app_transactions(table, self.uri, self._storage)
         self._txns, self._logs, self._all_txns = dict(found or {}), {}, found is not None
+        self._rewrites = {}
         self._dirty, self._dirty_segments = set(), set()
         for f in files:
             self._add(f)
@@ -343,9 +349,11 @@ class LogFollower:
                 self._apply(action)
             self._version += 1
 
-    def _apply(self, action: dict[str, Any]) -> None:
+    def _apply(self, action: dict[str, Any],
+               known: Mapping[str, DataFile] | None = None) -> None:
         if "add" in action:
-            self._add(file_from_add(action["add"]))
+            mine = known.get(action["add"]["path"]) if known else None
+            self._add(mine if mine is not None else file_from_add(action["add"]))
         elif "remove" in action:
             where = self._where.pop(unquote(action["remove"]["path"]), None)
             if where is not None:
@@ -355,7 +363,7 @@ class LogFollower:
         elif "txn" in action:
             app_id, version = action["txn"]["appId"], int(action["txn"]["version"])
             self._txns[app_id] = version
-            for position in (INGEST, CLEANER):
+            for position in (INGEST, CLEANER, REWRITE):
                 partition = _partition_of(position.app_id, app_id)
                 if partition is not None:
                     self._dirty.add(partition)
@@ -399,6 +407,7 @@ class LogFollower:
                 committed_offset=self._txn(INGEST.id(partition)),
                 cleaner_offset=self._txn(CLEANER.id(partition)),
             )
+            self._rewrites[partition] = self._txn(REWRITE.id(partition)) or 0
         self._dirty_segments.clear()
         self._dirty.clear()
 

@@ -171,3 +171,34 @@ def test_a_new_file_is_made_with_its_folder_and_never_over_another(tmp_path: Pat
     with pytest.raises(FileExistsError):
         write_new(str(final), b"second")
     assert final.read_bytes() == b"first"
+
+
+@pytest.mark.parametrize("stamps", [(-1_500, 2_999), (0, 0), (1_700_000_000_123, 1_700_000_009_999),
+                                    (-62_135_596_800_001, 5), (253_402_300_800_000, 1)],
+                         ids=["before-1970", "epoch", "now", "before-year-1", "after-9999"])
+def test_statistics_are_what_json_dumps_writes(stamps: tuple[int, int]) -> None:
+    """The statistics, formatted directly, are byte for byte json.dumps's, timestamps beyond
+    Delta's range left out; their span states what they state."""
+    import json
+
+    from compactor.lake.datafiles import FileStats, _iso_ms
+
+    stats = FileStats()
+    stats.records, stats.nulls = 3, {"offset": 0, "timestamp": 1, "deleteHorizonMs": 2}
+    stats.lo = {"offset": 4, "timestamp": min(stamps), "deleteHorizonMs": 7}
+    stats.hi = {"offset": 90, "timestamp": max(stamps), "deleteHorizonMs": 8}
+    iso = {bound: _iso_ms(value) for bound, value in (("lo", min(stamps)), ("hi", max(stamps)))}
+    dated = None not in iso.values()
+    expected = {"numRecords": 3,
+                "minValues": {"offset": 4, **({"timestamp": iso["lo"]} if dated else {}),
+                              "deleteHorizonMs": 7},
+                "maxValues": {"offset": 90, **({"timestamp": iso["hi"]} if dated else {}),
+                              "deleteHorizonMs": 8},
+                "nullCount": stats.nulls}
+    assert stats.json() == json.dumps(expected)
+    assert stats.span() == (4, 90, min(stamps) if dated else None,
+                            max(stamps) if dated else None, 7)
+    assert FileStats().json() == json.dumps({"numRecords": 0, "minValues": {}, "maxValues": {},
+                                             "nullCount": FileStats().nulls})
+    assert FileStats().span() is None
+

@@ -80,12 +80,42 @@ def test_add_lines_are_what_json_dumps_writes() -> None:
              for path, stats, modified in [
                  ("partition=3/segment=7/a.parquet", '{"numRecords":1}', None),
                  ('p=\u00e9 "q"/\\b\n.parquet', '{"k":"\\\"\u2028"}', 12)]]
-    actions = log_commit.commit_actions(files, [INGEST.moved_to(4, 3, now_ms=9)],
+    actions = log_commit.commit_actions(files, [INGEST.moved_to(4, 3, now_ms=9),
+                                                Transaction('a"\u00e9', -1)],
                                         operations.INGEST, "é", LOG_PARTITION_COLUMNS, 99,
                                         moved=files[:1])
     assert log_commit.commit_lines(actions) == [json.dumps(a, separators=(",", ":"))
                                                 for a in actions]
     assert sum("add" in a for a in actions) == 3
+    assert sum("txn" in a for a in actions) == 2
+
+
+def test_the_followers_own_files_are_what_their_add_actions_say(tmp_path: Path) -> None:
+    """The files a commit's follower takes as written (their span) equal those it would parse
+    from the add actions' statistics: offsets, timestamps (before 1970 too), horizons, sizes
+    and write times."""
+    import pyarrow as pa
+
+    from compactor.lake.log_files import LogPart, write_log_files
+    from compactor.lake.segments import file_from_add
+    from tests.unit.lake.test_datafiles import FILE_SCHEMA, _rows
+
+    stamped = _rows([5, 6, 9])
+    stamped = stamped.set_column(
+        stamped.schema.get_field_index("deleteHorizonMs"), "deleteHorizonMs",
+        pa.array([None, 77, 12], pa.int64()))
+    stamped = stamped.set_column(
+        stamped.schema.get_field_index("timestamp"), "timestamp",
+        pa.array([-1_500, 2_999, None], pa.int64()).cast(FILE_SCHEMA.field("timestamp").type))
+    parts = [LogPart(p, 10 * p, _rows(list(range(10 * p, 10 * p + 1 + p % 3))), 60 + p)
+             for p in range(5)] + [LogPart(7, 5, stamped, 50)]
+    files = write_log_files(str(tmp_path), parts, storage=LOCAL)
+    assert all(f.span is not None for f in files)
+    actions = log_commit.commit_actions(files[:4], [], operations.INGEST, "x",
+                                        LOG_PARTITION_COLUMNS, 1234, moved=files[4:])
+    known = log_commit._known_files(files, 1234)
+    parsed = {a["add"]["path"]: file_from_add(a["add"]) for a in actions if "add" in a}
+    assert known == parsed and len(known) == 6
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["written", "staged"])
