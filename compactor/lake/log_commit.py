@@ -130,7 +130,7 @@ def _known_files(adds: Sequence[WrittenFile], now_ms: int) -> dict[str, DataFile
             known[_path(w.path)] = data_file(
                 w.path, w.size, int(values["partition"]), int(values["segment"]), first, last,
                 w.records, oldest, newest, horizon,
-                w.modified_ms if w.modified_ms is not None else now_ms)
+                w.modified_ms if w.modified_ms is not None else now_ms, w.record_bytes)
     return known
 
 

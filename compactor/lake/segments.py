@@ -253,11 +253,14 @@ def _column(cols: Mapping[str, list[object]], name: str, n: int) -> list[object]
 
 def data_file(path: str, size: int, partition: int, segment: int, first_offset: int,
               last_offset: int, records: int, min_ts_ms: int | None, max_ts_ms: int | None,
-              min_delete_horizon_ms: int | None, modified_ms: int | None) -> DataFile:
-    """A :class:`DataFile` from one add action's fields (a snapshot's or a commit file's)."""
+              min_delete_horizon_ms: int | None, modified_ms: int | None,
+              record_bytes: int | None = None) -> DataFile:
+    """A :class:`DataFile` from one add action's fields (a snapshot's or a commit file's);
+    ``record_bytes``, when its writer knows them, else read from its name."""
     return DataFile(
         path=path, partition=partition, segment=segment, first_offset=first_offset,
-        last_offset=last_offset, records=records, record_bytes=record_bytes_of(path, size),
+        last_offset=last_offset, records=records,
+        record_bytes=record_bytes if record_bytes is not None else record_bytes_of(path, size),
         size_bytes=size,
         min_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=True),
         max_timestamp_ms=_dated(min_ts_ms, max_ts_ms, modified_ms, lowest=False),
