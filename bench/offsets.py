@@ -2,12 +2,13 @@
 
     python bench/offsets.py                        # 330 and 1,000 partitions, 20 rounds each
     python bench/offsets.py --partitions 200,1000 --rounds 40
+    python bench/offsets.py --partitions 1000 --topics 50   # the partitions over 50 topics
 
 A micro-batch asks the broker's log start of every partition it reads (the plan), the source
 asks every partition's end at every trigger, and progress and metrics ask them every few
-seconds. One broker (Apache Kafka by default), one topic of the most partitions asked, a
-record in each; per case the median wall and CPU time (this process, librdkafka's threads
-included) of:
+seconds. One broker (Apache Kafka by default), ``--topics`` topics sharing the most
+partitions asked (one by default), a record in each; per case the median wall and CPU time
+(this process, librdkafka's threads included) of:
 
 - ``offsets_for_times``: the product's ``OffsetReader.offsets`` (a consumer's
   ``offsets_for_times`` with Kafka's special timestamps -2 and -1: one answer list);
@@ -72,25 +73,31 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", default="330,1000", help="comma-separated cases")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--topics", type=int, default=1, help="topics the partitions are spread over")
     ap.add_argument("--broker", choices=BROKERS, default="kafka")
     args = ap.parse_args()
     cases = [int(n) for n in args.partitions.split(",")]
     work = Path(tempfile.mkdtemp(prefix="offsets-"))
     with start_broker(args.broker, work) as broker:
         bootstrap = broker.bootstrap_servers
-        topic = "offsets"
-        create_topic(bootstrap, topic, max(cases))
+        per = -(-max(cases) // args.topics)  # partitions of each topic
+        topics = [f"offsets-{i}" for i in range(args.topics)]
+        for topic in topics:
+            create_topic(bootstrap, topic, per)
+        every = [(t, p) for t in topics for p in range(per)]
         producer = Producer(with_logger({"bootstrap.servers": bootstrap, "linger.ms": 20}))
-        for p in range(max(cases)):
-            producer.produce(topic, key=b"k", value=b"v", partition=p)
+        for t, p in every:
+            producer.produce(t, key=b"k", value=b"v", partition=p)
         producer.flush(60)
         ways = {"offsets_for_times": OffsetReader({"bootstrap.servers": bootstrap}).offsets,
                 "admin_list_offsets": admin_way(bootstrap)}
-        print(f"{args.rounds} rounds a case; wall and CPU (this process) milliseconds, median")
+        print(f"{args.rounds} rounds a case, {args.topics} topic(s); wall and CPU (this "
+              "process) milliseconds, median")
         print(f"{'partitions':>10} {'which':>9} {'way':>19} {'wall':>7} {'cpu':>7} "
               f"{'cpu ratio':>9}")
         for n in cases:
-            tps = [(topic, p) for p in range(n)]
+            tps = every[:n] if args.topics == 1 else [
+                (t, p) for t in topics for p in range(-(-n // args.topics))][:n]
             for which in ("earliest", "latest"):
                 results = {name: timed(ask, tps, which, args.rounds) for name, ask in ways.items()}
                 answers = {name: r[2] for name, r in results.items()}
