@@ -96,8 +96,7 @@ def main() -> None:
         print(f"{'partitions':>10} {'which':>9} {'way':>19} {'wall':>7} {'cpu':>7} "
               f"{'cpu ratio':>9}")
         for n in cases:
-            tps = every[:n] if args.topics == 1 else [
-                (t, p) for t in topics for p in range(-(-n // args.topics))][:n]
+            tps = [(t, p) for t in topics for p in range(-(-n // args.topics))][:n]
             for which in ("earliest", "latest"):
                 results = {name: timed(ask, tps, which, args.rounds) for name, ask in ways.items()}
                 answers = {name: r[2] for name, r in results.items()}

@@ -74,7 +74,7 @@ class OffsetReader:
                           ) -> dict[tuple[str, int], int | None]:
         """For each partition, the first offset whose record's timestamp is at or after the
         given time (milliseconds since the epoch); None where no record is that recent."""
-        found = self._list(dict(timestamps), "offsets by timestamp", -1)
+        found = self._list(timestamps, "offsets by timestamp", -1)
         return {tp: None if offset == -1 else offset for tp, offset in found.items()}
 
     def _list(self, specs: Mapping[tuple[str, int], int], what: str,

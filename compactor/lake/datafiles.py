@@ -174,19 +174,18 @@ class FileStats:
     def json(self) -> str:
         """The statistics as ``json.dumps`` writes them, formatted directly: a micro-batch
         describes one file per partition with records. Their names need no escaping."""
+        stamps = self._iso_timestamps()
         mins: list[str] = []
         maxs: list[str] = []
         for name in self.lo:
-            lo, hi = self.lo[name], self.hi[name]
             if name == "timestamp":
-                lo_s, hi_s = _iso_ms(lo), _iso_ms(hi)
-                if lo_s is None or hi_s is None:
+                if stamps is None:
                     continue  # beyond what Delta's timestamp statistics can express
-                mins.append(f'"{name}": "{lo_s}"')
-                maxs.append(f'"{name}": "{hi_s}"')
+                mins.append(f'"{name}": "{stamps[0]}"')
+                maxs.append(f'"{name}": "{stamps[1]}"')
             else:
-                mins.append(f'"{name}": {int(lo)}')
-                maxs.append(f'"{name}": {int(hi)}')
+                mins.append(f'"{name}": {int(self.lo[name])}')
+                maxs.append(f'"{name}": {int(self.hi[name])}')
         nulls = ", ".join(f'"{name}": {int(n)}' for name, n in self.nulls.items())
         return (f'{{"numRecords": {int(self.records)}, "minValues": {{{", ".join(mins)}}}, '
                 f'"maxValues": {{{", ".join(maxs)}}}, "nullCount": {{{nulls}}}}}')
@@ -197,11 +196,18 @@ class FileStats:
         offset."""
         if "offset" not in self.lo:
             return None
-        lo, hi = self.lo.get("timestamp"), self.hi.get("timestamp")
-        dated = lo is not None and hi is not None and _iso_ms(lo) is not None \
-            and _iso_ms(hi) is not None
-        return (self.lo["offset"], self.hi["offset"], lo if dated else None,
-                hi if dated else None, self.lo.get("deleteHorizonMs"))
+        dated = self._iso_timestamps() is not None
+        return (self.lo["offset"], self.hi["offset"],
+                self.lo["timestamp"] if dated else None,
+                self.hi["timestamp"] if dated else None, self.lo.get("deleteHorizonMs"))
+
+    def _iso_timestamps(self) -> tuple[str, str] | None:
+        """The least and greatest timestamp as Delta states them; None when there is none or
+        one lies beyond what Delta's timestamp statistics can express."""
+        if "timestamp" not in self.lo:
+            return None
+        lo, hi = _iso_ms(self.lo["timestamp"]), _iso_ms(self.hi["timestamp"])
+        return None if lo is None or hi is None else (lo, hi)
 
 
 def file_stats(table: pa.Table) -> str:

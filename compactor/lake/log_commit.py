@@ -178,9 +178,9 @@ def append(follower: LogFollower, adds: Sequence[WrittenFile], txns: Sequence[Tr
         adds, txns, operation, summary, partition_by, now_ms, removes, moved)
     lines = staged.lines if staged is not None else commit_lines(actions)
     removed = [f.path for f, _ in removes]
+    known = _known_files([*adds, *moved], now_ms) if is_local(follower.uri) else None
     version = follower.append(lines, check, removed,
-                              staged.path if staged is not None else None, actions,
-                              _known_files([*adds, *moved], now_ms))
+                              staged.path if staged is not None else None, actions, known)
     if version is not None:
         return version
     table = follower.table_for_commit()

@@ -201,4 +201,3 @@ def test_statistics_are_what_json_dumps_writes(stamps: tuple[int, int]) -> None:
     assert FileStats().json() == json.dumps({"numRecords": 0, "minValues": {}, "maxValues": {},
                                              "nullCount": FileStats().nulls})
     assert FileStats().span() is None
-
