@@ -10,7 +10,10 @@ Commit protocol of a catch-up, per topic:
    wins, then the higher partition.
 4. MERGE them into the table on ``t.key = s.key`` in one Delta commit that moves every
    merged partition's app transaction to L: a newer value updates or inserts, a newer
-   tombstone deletes. A crash before the commit changes nothing; the next catch-up redoes it.
+   tombstone deletes. When the table holds none of their keys, the same change is an append
+   of their values in one commit with the same app transactions
+   (:mod:`compactor.lake.new_keys`). A crash before the commit changes nothing; the next
+   catch-up redoes it.
 5. Once the table holds ``COMPACT_AT_FILES`` small files (a MERGE that only inserts adds one),
    rewrite them as few in an OPTIMIZE commit (:mod:`compactor.lake.small_files`); the files it
    replaced still hold values, so the caller wakes the vacuum as for a MERGE's removals. A
@@ -46,12 +49,14 @@ import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.schema import Field as DeltaField
+from deltalake.transaction import CommitProperties
 
 from compactor.exceptions import LakeError
 from compactor.formats import TopicFormat
@@ -70,6 +75,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_follower import log_view
 from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
+from compactor.lake.new_keys import append_new, holds_any
 from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
 from compactor.lake.retained_rows import delete_below, log_start, moved_starts
@@ -291,21 +297,16 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     try:
         table.update_incremental()  # the commits since it was opened, not a reopen
         before = table.version()
-        metrics = (
-            table.merge(source, predicate="t.key = s.key", source_alias="s",
-                        target_alias="t", merge_schema=bool(typed and typed.added),
-                        commit_properties=props)
-            .when_matched_delete(predicate=f"s.value IS NULL AND {_NEWER}")
-            .when_matched_update_all(predicate=f"s.value IS NOT NULL AND {_NEWER}")
-            .when_not_matched_insert_all(predicate="s.value IS NOT NULL")
-            .execute()
-        )
+        if _plain(table, typed) and not holds_any(table, source.column("key"), storage):
+            metrics = append_new(table, source, props)
+        else:
+            metrics = _merge(table, source, bool(typed and typed.added), props)
         if table.version() == before:  # a MERGE that changed no row commits nothing
             table.create_write_transaction([], "append", table.schema(),
                                            commit_properties=props)
     except Exception as exc:
-        raise LakeError(f"MERGE into {paths.table} failed: {failure(paths.table, exc)}") \
-            from exc
+        raise LakeError(f"cannot bring {paths.table} up to its log: "
+                        f"{failure(paths.table, exc)}") from exc
     compacted = _compact(table, paths.table, topic)
     stats = LatestStats(
         records=read, keys=source.num_rows,
@@ -324,6 +325,24 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     log.info("table %s: merged %d keys (%d inserted, %d updated, %d deleted)", topic,
              stats.keys, stats.inserted, stats.updated, stats.deleted)
     return stats
+
+
+def _merge(table: DeltaTable, source: pa.Table, merge_schema: bool,
+           props: CommitProperties) -> dict[str, Any]:
+    """Step 4 by delta-rs's MERGE; its metrics. Raises delta-rs's errors."""
+    return dict(table.merge(source, predicate="t.key = s.key", source_alias="s",
+                            target_alias="t", merge_schema=merge_schema,
+                            commit_properties=props)
+                .when_matched_delete(predicate=f"s.value IS NULL AND {_NEWER}")
+                .when_matched_update_all(predicate=f"s.value IS NOT NULL AND {_NEWER}")
+                .when_not_matched_insert_all(predicate="s.value IS NOT NULL")
+                .execute())
+
+
+def _plain(table: DeltaTable, typed: _Typed | None) -> bool:
+    """Whether a catch-up may append (:mod:`compactor.lake.new_keys`): a table of Kafka's
+    columns only, merged from undecoded records."""
+    return typed is None and table.schema().to_arrow().names == KAFKA_SCHEMA.names
 
 
 def _compact(table: DeltaTable, path: str, topic: str) -> int:

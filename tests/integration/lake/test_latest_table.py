@@ -147,3 +147,61 @@ def test_merges_of_new_keys_leave_few_files_and_every_row(tmp_path: Path) -> Non
         if any(operations.COMPACT_TABLE in json.dumps(a.get("commitInfo", {})) for a in actions):
             assert all(not a[kind]["dataChange"] for a in actions for kind in ("add", "remove")
                        if kind in a)
+
+
+def test_new_keys_are_appended_and_a_held_key_is_merged(tmp_path: Path) -> None:
+    """A range none of whose keys the table holds is one append commit (tombstones of keys
+    never seen change nothing); one held key makes it a MERGE; both move the positions."""
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    path = topic_paths(config.lake_path, "t").table
+    append(config, "t", 0, [(0, b"a", b"a1", T0), (1, b"b", b"b1", T0), (2, b"gone", None, T0)],
+           now_ms=T0)
+    append(config, "t", 1, [(0, b"c", b"c1", T0)], now_ms=T0)
+    stats = catch_up(config.lake_path, "t", config.storage)
+    assert (stats.inserted, stats.updated, stats.deleted) == (3, 0, 0)
+    assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"
+    append(config, "t", 0, [(3, b"d", b"d1", T0), (4, b"e", None, T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"
+    assert table_rows(config, "t") == {b"a": (b"a1", 0, 0), b"b": (b"b1", 0, 1),
+                                       b"c": (b"c1", 1, 0), b"d": (b"d1", 0, 3)}
+    # One key the table holds (b's tombstone) among new ones: a MERGE, which deletes it.
+    append(config, "t", 0, [(5, b"f", b"f1", T0), (6, b"b", None, T0)], now_ms=T0)
+    stats = catch_up(config.lake_path, "t", config.storage)
+    assert (stats.inserted, stats.deleted) == (1, 1)
+    assert DeltaTable(path).history(1)[0]["operation"] == "MERGE"
+    assert table_rows(config, "t") == {b"a": (b"a1", 0, 0), b"c": (b"c1", 1, 0),
+                                       b"d": (b"d1", 0, 3), b"f": (b"f1", 0, 5)}
+    table = DeltaTable(path)
+    assert (table.transaction_version("compactor-table-0"),
+            table.transaction_version("compactor-table-1")) == (6, 0)
+
+
+def test_an_append_is_refused_when_a_commit_moved_its_positions_since(tmp_path: Path) -> None:
+    """The keys were read at one version; a commit since that moved the same position (a
+    rebuild's reset, another catch-up) makes delta-rs refuse the append: nothing is written
+    twice, and the next catch-up starts again from what was committed."""
+    import pyarrow as pa
+    import pytest
+
+    from compactor.kafka.schema import KAFKA_SCHEMA
+    from compactor.lake import operations
+    from compactor.lake.new_keys import append_new, holds_any
+    from compactor.positions import TABLE
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    path = topic_paths(config.lake_path, "t").table
+    append(config, "t", 0, [(0, b"a", b"a1", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    stale = DeltaTable(path)
+    source = stale.to_pyarrow_dataset().to_table().select(KAFKA_SCHEMA.names)
+    source = source.set_column(0, "key", pa.array([b"z"], pa.binary()))
+    assert not holds_any(stale, source.column("key"), config.storage)
+    assert holds_any(stale, pa.array([b"a"], pa.binary()), config.storage)
+    append(config, "t", 0, [(1, b"y", b"y1", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)  # moves compactor-table-0 to 1
+    props = operations.properties(operations.MERGE_LATEST, "test", [TABLE.moved_to(5, 0)])
+    with pytest.raises(Exception, match="(?i)concurrent"):
+        append_new(stale, source.cast(KAFKA_SCHEMA), props)
+    assert set(table_rows(config, "t")) == {b"a", b"y"}
+    assert DeltaTable(path).transaction_version("compactor-table-0") == 1
