@@ -7,7 +7,12 @@ dirty partitions) runs as at most one task per core, each doing its pieces in tu
 
 from __future__ import annotations
 
+import copyreg
 import heapq
+import io
+import pickle
+from types import MappingProxyType
+from typing import Any
 
 
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
@@ -38,3 +43,25 @@ def task_groups(sizes: list[int], cores: int, min_tasks: int = 0,
                 or max(sum(sizes[i] for i in g) for g in groups) <= max_size):
             return groups
         count += max(1, count // 4)  # balancing by size can miss the bound: more groups
+
+
+def _proxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(items)
+
+
+def _reduce_proxy(proxy: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _proxy, (dict(proxy),)
+
+
+_TABLE = {**copyreg.dispatch_table, MappingProxyType: _reduce_proxy}
+
+
+def task_pickle(obj: object) -> bytes:
+    """``obj`` by the standard pickle (a task's plans or results, sent as one blob: Spark's
+    cloudpickle visits each of hundreds of objects in Python), the config's read-only
+    mappings included."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _TABLE
+    pickler.dump(obj)
+    return out.getvalue()

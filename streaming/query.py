@@ -36,7 +36,7 @@ from compactor.lake.log_follower import log_view
 from compactor.lake.range_reader import WrittenTombstones
 from compactor.lake.written_records import WrittenLog
 from compactor.positions import query_checkpoint
-from compactor.tasks import task_groups
+from compactor.tasks import task_groups, task_pickle
 from streaming import exceptions as streaming_errors
 from streaming.batch_ranges import BatchRanges
 from streaming.consumer import warm_up, write_ranges
@@ -165,12 +165,13 @@ class Mirror:
             sizes, context.defaultParallelism, self.config.min_partitions,
             self.config.max_records_per_partition)]
         groups.sort(key=lambda g: sum(p.end - p.start for p in g), reverse=True)
-        # Each task's results travel as one blob of the standard pickle: Spark's cloudpickle
-        # visits every object of hundreds of results in Python.
+        # Each task's plans and results travel as one blob of the standard pickle: Spark's
+        # cloudpickle visits every object of hundreds of plans and results in Python.
+        blobs = [task_pickle(g) for g in groups]
         results = [r for blob in (
-            context.parallelize(groups, len(groups))
-            .map(lambda group: pickle.dumps(write_ranges(group, client, 120_000, fail),
-                                            pickle.HIGHEST_PROTOCOL))
+            context.parallelize(blobs, len(blobs))
+            .map(lambda plans: task_pickle(write_ranges(pickle.loads(plans), client, 120_000,
+                                                        fail)))
             .collect()
         ) for r in pickle.loads(blob)]
         collected = time.monotonic()

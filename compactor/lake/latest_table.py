@@ -261,7 +261,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
         if rows is None:
             rows = read_offsets(view.uri, plog, lo, hi, columns, storage)
         if rows.num_rows:
-            parts.append(rows.select(KAFKA_SCHEMA.names).cast(KAFKA_SCHEMA))
+            rows = rows.select(KAFKA_SCHEMA.names)
+            parts.append(rows if rows.schema.equals(KAFKA_SCHEMA) else rows.cast(KAFKA_SCHEMA))
     if not ranges:
         return LatestStats(deleted=retained)
     records = pa.concat_tables(parts) if parts else KAFKA_SCHEMA.empty_table()

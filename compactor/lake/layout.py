@@ -121,6 +121,8 @@ def record_bytes_of(path: str, size_bytes: int) -> int:
 
 def open_table(path: str, storage: Storage) -> DeltaTable | None:
     """The table at ``path``, or None when no table has been created there yet."""
+    if "://" not in path and not os.path.isdir(os.path.join(path, "_delta_log")):
+        return None  # a plain local path without a log: no need for delta-rs to say so
     try:
         return storage.table(path)
     except TableNotFoundError:
