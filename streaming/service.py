@@ -25,7 +25,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -58,10 +57,6 @@ from streaming.restarts import Restarts
 from streaming.stop_signals import StopSignals
 
 log = logging.getLogger(__name__)
-
-
-# A commit's system calls each waited up to Python's 5 ms GIL interval behind the service thread.
-GIL_SWITCH_S = 0.0005
 
 
 class Service:
@@ -100,16 +95,6 @@ class Service:
     ) -> RunSummary:
         """Mirror and maintain until stopped (``once``: until everything due now is done)."""
         started = time.monotonic()
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(GIL_SWITCH_S)
-        try:
-            return self._run(once, on_batch, on_pass, started)
-        finally:
-            sys.setswitchinterval(switch)
-
-    def _run(self, once: bool,
-             on_batch: Callable[[int, Mapping[str, BatchStats]], None] | None,
-             on_pass: Callable[[PassReport], None] | None, started: float) -> RunSummary:
         run = self._start(on_batch, on_pass)
         checkpoints.start()  # off the micro-batch's commits: written while the next is read
         restarts = Restarts()
