@@ -75,7 +75,7 @@ from compactor.lake.layout import (
 )
 from compactor.lake.log_follower import log_view
 from compactor.lake.moved_keys import drop_moved, moved_records, table_rows
-from compactor.lake.new_keys import append_new, holds_any
+from compactor.lake.new_keys import append_new, appendable
 from compactor.lake.range_reader import read_offsets
 from compactor.lake.rejected import drop_superseded, rejected_rows, report_type_changes
 from compactor.lake.retained_rows import delete_below, log_start, moved_starts
@@ -298,7 +298,8 @@ def catch_up(lake_path: str, topic: str, storage: Storage,
     try:
         table.update_incremental()  # the commits since it was opened, not a reopen
         before = table.version()
-        if _plain(table, typed) and not holds_any(table, source.column("key"), storage):
+        if _plain(table, typed) and appendable(table, source.column("key"), paths.table,
+                                               storage):
             metrics = append_new(table, source, props)
         else:
             metrics = _merge(table, source, bool(typed and typed.added), props)

@@ -12,6 +12,10 @@ The table is read at one version and the append commits against it: delta-rs ref
 commit when another one since moved any of the same ``compactor-table-<partition>`` positions
 or removed files (a rebuild's reset, another catch-up), so a key inserted meanwhile is never
 inserted twice. A change data feed reads an append as inserts, as it reads Spark's own.
+
+A topic whose records update keys would pay the key read beside every MERGE; after a read
+finds a held key, the table's next :data:`MERGES_WITHOUT_LOOKING` catch-ups in this process
+MERGE without reading.
 """
 
 from __future__ import annotations
@@ -26,6 +30,25 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties
 
 from compactor.lake.storage import Storage
+
+# A table whose catch-ups update keys has its keys read once in this many catch-ups plus one.
+MERGES_WITHOUT_LOOKING = 8
+_merging: dict[str, int] = {}  # table path -> catch-ups left that MERGE without reading keys
+
+
+def appendable(table: DeltaTable, keys: pa.Array | pa.ChunkedArray, path: str,
+               storage: Storage) -> bool:
+    """Whether a catch-up of ``keys`` may append to the table at ``path``: it holds none of
+    them (:func:`holds_any`), asked unless a recent catch-up of the table found a held key.
+    The caller holds the table's commit lock. Raises pyarrow's and delta-rs's errors."""
+    left = _merging.get(path, 0)
+    if left > 0:
+        _merging[path] = left - 1
+        return False
+    if holds_any(table, keys, storage):
+        _merging[path] = MERGES_WITHOUT_LOOKING
+        return False
+    return True
 
 
 def holds_any(table: DeltaTable, keys: pa.Array | pa.ChunkedArray, storage: Storage) -> bool:

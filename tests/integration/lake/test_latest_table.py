@@ -205,3 +205,30 @@ def test_an_append_is_refused_when_a_commit_moved_its_positions_since(tmp_path: 
         append_new(stale, source.cast(KAFKA_SCHEMA), props)
     assert set(table_rows(config, "t")) == {b"a", b"y"}
     assert DeltaTable(path).transaction_version("compactor-table-0") == 1
+
+
+def test_after_a_held_key_the_next_catch_ups_merge_without_reading_keys(
+        tmp_path: Path) -> None:
+    """A topic that updates keys would read them beside every MERGE: after a held key, the
+    next MERGES_WITHOUT_LOOKING catch-ups MERGE (correctly) without reading, then one
+    reads again and appends new keys."""
+    from compactor.lake.new_keys import MERGES_WITHOUT_LOOKING
+
+    config = offline_config(str(tmp_path), "t", cleanup_policy="compact")
+    path = topic_paths(config.lake_path, "t").table
+    append(config, "t", 0, [(0, b"k", b"v0", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    append(config, "t", 0, [(1, b"k", b"v1", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    assert DeltaTable(path).history(1)[0]["operation"] == "MERGE"
+    offset = 2
+    for _ in range(MERGES_WITHOUT_LOOKING):
+        append(config, "t", 0, [(offset, b"new%d" % offset, b"n", T0)], now_ms=T0)
+        catch_up(config.lake_path, "t", config.storage)
+        assert DeltaTable(path).history(1)[0]["operation"] == "MERGE"
+        offset += 1
+    append(config, "t", 0, [(offset, b"new%d" % offset, b"n", T0)], now_ms=T0)
+    catch_up(config.lake_path, "t", config.storage)
+    assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"
+    assert table_rows(config, "t") == {
+        b"k": (b"v1", 0, 1), **{b"new%d" % o: (b"n", 0, o) for o in range(2, offset + 1)}}
