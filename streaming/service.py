@@ -134,6 +134,8 @@ class Service:
             run.history.flush()
             if run.group is not None:
                 run.group.close()
+            if run.mirror.incarnations is not None:
+                run.mirror.incarnations.close()
         run.summary.seconds = time.monotonic() - started
         return run.summary
 
@@ -167,7 +169,11 @@ class Service:
         mirror.generations.update(generations)
         cleaner.generations.update(generations)
         mirror.incarnations = Incarnations(self.config)
-        mirror.incarnations.claim()  # a recreated topic stops the run here
+        try:
+            mirror.incarnations.claim()  # a recreated topic stops the run here
+        except BaseException:
+            mirror.incarnations.close()
+            raise
         gap = SourceGap(self.config, self.commit_lock, mirror.readers.ledger,
                         mirror.readers.eraser, generations)
         gap.start()  # before the mirror's first commit: a new lake is caught up now

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 
 from compactor.config import CompactorConfig
 from compactor.exceptions import BrokerUnavailableError, DataLossError, LakeError
-from compactor.kafka.clients import request_timeout_s, with_logger
+from compactor.kafka.clients import request_timeout_s
+from compactor.kafka.topic_ids import TopicIds
 from compactor.lake import operations
 from compactor.lake.layout import open_table, topic_paths
 from compactor.lake.storage import failure
@@ -42,13 +43,14 @@ class Incarnations:
     """The topic ids this run mirrors, checked against the broker."""
 
     def __init__(self, config: CompactorConfig) -> None:
-        from confluent_kafka.admin import AdminClient
-
         self._config = config
         client_config = config.kafka_client_config()
-        self._admin = AdminClient(with_logger(client_config))
-        self._timeout_s = request_timeout_s(client_config, 30.0)
+        self._ids = TopicIds(client_config, request_timeout_s(client_config, 30.0))
         self.expected: dict[str, str] = {}
+
+    def close(self) -> None:
+        """End the process that asks for the ids."""
+        self._ids.close()
 
     def broker_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """The broker's topic id of each topic (None: the broker reports none)."""
@@ -56,28 +58,19 @@ class Incarnations:
 
     def _ask(self, topics: Iterable[str]) -> Callable[[], dict[str, str | None]]:
         """Send the request for the topics' ids now; the returned function waits for them."""
-        from confluent_kafka import TopicCollection
-
         wanted = sorted(set(topics))
-        futures = self._admin.describe_topics(TopicCollection(wanted),
-                                              request_timeout=self._timeout_s)
+        answer = self._ids.ask(wanted)
 
-        def answer() -> dict[str, str | None]:
-            from confluent_kafka import KafkaException
-
-            ids: dict[str, str | None] = {}
+        def ids() -> dict[str, str | None]:
+            found, errors = answer()
             for topic in wanted:
-                try:
-                    topic_id = futures[topic].result().topic_id
-                except KafkaException as exc:
+                if topic in errors:
                     raise BrokerUnavailableError(
                         f"cannot describe topic {topic!r} on {self._config.bootstrap_servers}: "
-                        f"{exc}") from exc
-                text = str(topic_id) if topic_id is not None else ""
-                ids[topic] = None if text in _NO_ID else text
-            return ids
+                        f"{errors[topic]}")
+            return {t: None if found[t] in _NO_ID else found[t] for t in wanted}
 
-        return answer
+        return ids
 
     def claim(self) -> None:
         """Record or compare each log's topic id (steps 1-2; the log must exist)."""
