@@ -8,9 +8,10 @@ every case), a producer in a process of its own sending ``--rate`` records a sec
 keys spread over every partition of every topic, and ``compactor run``'s engine with a
 ``--trigger-ms`` trigger, measured for ``--seconds`` from its first micro-batch. Per case it
 prints the median and 90th percentile micro-batch time (the mirror's own batch records: ranges,
-plan, write, commit, tombstone readers, table), the end-to-end lag at the end and the most of it
-seen every 10 s (offsets the broker has that the lake does not), the driver's resident
-memory, the most data files in a closed segment, and how long the metrics page and
+plan, write, commit, tombstone readers left from the batch before, table) and of the tombstone
+readers the service runs in the gap after each batch, the end-to-end lag at the end and the
+most of it seen every 10 s (offsets the broker has that the lake does not), the driver's
+resident memory, the most data files in a closed segment, and how long the metrics page and
 ``compactor status --json`` take to answer at the end, with each time's ratio to the first
 case's; and the cores the broker and the driver process kept busy while measured (the broker
 shares the machine's cores with the mirror here, as it would not in production). Prints
@@ -101,6 +102,7 @@ class BatchTimes(logging.Handler):
         self.ids: list[int] = []
         self.times: list[float] = []
         self.steps: list[dict[str, float]] = []
+        self.after: list[float] = []  # the tombstone readers run after the batch before it
 
     def emit(self, record: logging.LogRecord) -> None:
         steps = getattr(record, "steps", None)
@@ -108,6 +110,7 @@ class BatchTimes(logging.Handler):
             self.ids.append(getattr(record, "batch_id", -1))
             self.times.append(sum(steps.values()))
             self.steps.append(steps)
+            self.after.append(float(getattr(record, "carried_s", 0.0)))
 
 
 def cpu_s(pid: int | None) -> float:
@@ -162,6 +165,7 @@ def run_case(broker: Any, work: Path, partitions: int, topics: int,
         broker_cpu = (cpu_s(broker.pid) - cpu_from[0]) / took
         driver_cpu = (cpu_s(os.getpid()) - cpu_from[1]) / took
         steps = times.steps[first:]
+        after = times.after[first:]
         ends = reader.offsets(tps, "latest")
         lake = [lake_files(work / "lake", t, ends) for t in names]
         memory = memory_mb()
@@ -187,6 +191,7 @@ def run_case(broker: Any, work: Path, partitions: int, topics: int,
         "files/closed segment": max(f.get("most files/closed segment", 0) for f in lake),
         **answers,
         **where,
+        "readers after s": statistics.median(after) if after else float("nan"),
     }
 
 
@@ -233,12 +238,13 @@ def main() -> None:
               f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
               f"{r['most lag']:>9.0f}{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}"
               f"{r['metrics s']:>11.2f}{r['status s']:>10.2f}")
-    print(f"\nmedian seconds of each step of a micro-batch; cores the broker and the driver "
-          f"process kept busy\n{'case':<32}" + "".join(f"{s:>9}" for s in STEPS)
-          + f"{'broker':>9}{'driver':>9}")
+    print(f"\nmedian seconds of each step of a micro-batch, and of the tombstone readers run in "
+          f"the gap after it (after); cores the broker and the driver process kept busy\n"
+          f"{'case':<32}" + "".join(f"{s:>9}" for s in STEPS)
+          + f"{'after':>9}{'broker':>9}{'driver':>9}")
     for label, r in results:
         print(f"{label:<32}" + "".join(f"{r[f'{s} s']:>9.2f}" for s in STEPS)
-              + f"{r['broker cpu']:>9.2f}{r['driver cpu']:>9.2f}")
+              + f"{r['readers after s']:>9.2f}{r['broker cpu']:>9.2f}{r['driver cpu']:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,10 @@ class Mirror:
         self._offsets: OffsetReader | None = None  # the broker's log starts, for plans
         # Partitions whose rejected position this run has read (plan_ranges' ``caught_up``).
         self._rejected_read: set[tuple[str, int]] = set()
+        # Topics a micro-batch committed whose tombstone readers have not run since, with the
+        # tombstones its tasks kept (see carry_tombstones); changed under the commit lock.
+        self._uncarried: dict[str, dict[int, WrittenTombstones]] = {}
+        self._carried_s = 0.0  # how long the readers took after the last batch, for its log
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -181,19 +185,17 @@ class Mirror:
         written = time.monotonic()
         with self.commit_lock:
             locked = time.monotonic()
+            self._carry()  # readers the gap after the last batch left, before the log moves
+            carried_left = time.monotonic()
             stats = commit_ranges(self.config, results, self.generations, check)
             self.written.add(r.records for r in results if r.records is not None)
             self._rejected_read.update((p.topic, p.partition) for p in plans)
             committed = time.monotonic()
-            carried: dict[str, dict[int, WrittenTombstones]] = {}
+            for topic in stats:
+                self._uncarried[topic] = {}
             for r in results:
-                if r.tombstones is not None:
-                    carried.setdefault(r.topic, {})[r.partition] = r.tombstones
-            for topic in sorted(stats):
-                erased = self.readers.catch_up(topic, carried.get(topic, {})).erased
-                if erased:
-                    for hook in self.table_hooks:
-                        hook(topic)
+                if r.tombstones is not None and r.topic in stats:
+                    self._uncarried[r.topic][r.partition] = r.tombstones
         merging = time.monotonic()
         # Only tables that must follow every batch (a cadence of 0) are merged inside it; the
         # others are merged by the service loop, beside the next batch's write tasks.
@@ -203,14 +205,14 @@ class Mirror:
         # Where a micro-batch's time goes, for bench/soak.py (a log record's ``steps``).
         steps = {"ranges": ranged - started, "plan": planned - ranged,
                  "write": collected - planned, "verify": written - collected,
-                 "wait": locked - written, "commit": committed - locked,
-                 "readers": merging - committed, "table": merge_s}
+                 "wait": locked - written, "commit": committed - carried_left,
+                 "readers": carried_left - locked + merging - committed, "table": merge_s}
         records = sum(s.records for s in stats.values())
         log.info("batch %d: %d records, %d rejected, %d files in %.1fs (%.1fs of it merging "
                  "the latest-value table)", batch_id, records,
                  sum(s.rejected for s in stats.values()),
                  sum(s.files for s in stats.values()), took, merge_s,
-                 extra={"batch_id": batch_id, "steps": steps})
+                 extra={"batch_id": batch_id, "steps": steps, "carried_s": self._carried_s})
         for topic, s in sorted(stats.items()):
             if s.rejected:  # a typo in a schema can send every record here: say so loudly
                 kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(s.rejections.counts.items()))
@@ -228,6 +230,35 @@ class Mirror:
         if self._offsets is None:
             self._offsets = OffsetReader(self.config.kafka_client_config())
         return self._offsets.offsets(tps, "earliest")
+
+    def carry_tombstones(self) -> None:
+        """Run the tombstone readers (:mod:`compactor.erasure.tombstones`) over what the last
+        micro-batch committed, under the commit lock, once no batch runs: the service loop
+        calls it in the gap after each batch, before it cleans or merges, so that the batch
+        returns without waiting for them. The next batch's commit and a topic's MERGE run
+        the readers still left first; a failure here leaves them to the next batch, which
+        fails on it as before."""
+        if not self._uncarried or self.in_batch:
+            return
+        started = time.monotonic()
+        with self.commit_lock:
+            try:
+                self._carry()
+            except CompactorError as exc:
+                log.warning("the tombstone readers failed after a micro-batch (%s); the next "
+                            "batch runs them again", exc)
+        self._carried_s = time.monotonic() - started
+
+    def _carry(self, topics: Iterable[str] | None = None) -> None:
+        """The readers of ``topics`` (default all) left from the last batch; lock held."""
+        for topic in sorted(self._uncarried if topics is None else
+                            [t for t in topics if t in self._uncarried]):
+            carried = self._uncarried[topic]
+            erased = self.readers.catch_up(topic, carried).erased
+            del self._uncarried[topic]
+            if erased:
+                for hook in self.table_hooks:
+                    hook(topic)
 
     def merge_tables(self, force: bool = False, topics: Iterable[str] | None = None) -> None:
         """Bring each latest-value table (of ``topics``, default all) up to its log once it
@@ -262,6 +293,7 @@ class Mirror:
         """One topic's catch-up of its latest-value table, under the commit lock; nothing
         when the log has had no commit since the table last caught up with it here."""
         started = time.monotonic()
+        self._carry([topic])  # the ledger records a tombstone before the table's done event
         change_feed = self.config.topic(topic).table_change_data_feed
         view = log_view(topic_paths(self.config.lake_path, topic).log, self.config.storage)
         at = None if view is None else (view.version, change_feed)

@@ -51,7 +51,7 @@ from compactor.ops.health import check_port
 from compactor.ops.history import History
 from compactor.ops.native_heap import NativeHeapTrimmer
 from compactor.ops.progress import IngestProgress, log_pass_end
-from compactor.ops.status import broker_end_offsets
+from compactor.ops.status import BrokerEnds
 from streaming.catalog import register_tables
 from streaming.restarts import Restarts
 from streaming.stop_signals import StopSignals
@@ -192,7 +192,7 @@ class Service:
         mirror.table_hooks.append(cleaner.note_removed)
         history = History(self.config)
         mirror.listeners.append(history.on_batch)
-        progress = IngestProgress(lambda: broker_end_offsets(self.config))
+        progress = IngestProgress(BrokerEnds(self.config))
         mirror.listeners.append(progress.on_batch)
         group = None
         if self.config.commit_offsets:
@@ -212,15 +212,17 @@ class Service:
                          topic, target, upto)
 
     def _loop(self, run: _Run, query: Any, once: bool) -> None:
-        """Until stopped, clean after each micro-batch the topics it wrote and every topic
-        when a deadline is due (:mod:`compactor.cleaner.schedule`), follow the broker's topic
-        configs (:mod:`compactor.config.follow`), and every 10 s give the driver's freed
-        native memory back (step 3; :mod:`compactor.ops.native_heap`)."""
+        """Until stopped, run the tombstone readers over each micro-batch's commits once it
+        returns, clean after each batch the topics it wrote and every topic when a deadline
+        is due (:mod:`compactor.cleaner.schedule`), follow the broker's topic configs
+        (:mod:`compactor.config.follow`), and every 10 s give the driver's freed native memory
+        back (step 3; :mod:`compactor.ops.native_heap`)."""
         passes = self._passes
         passes.next_full = time.monotonic() + run.backoff_s
         refresh_s = self.config.config_refresh_interval_ms / 1000
         next_refresh = time.monotonic() + refresh_s
         while query.isActive:
+            run.mirror.carry_tombstones()  # the last batch's readers, before a pass reads
             self.native_heap.maybe_trim()
             run.history.maybe_flush()
             run.check_source()

@@ -6,14 +6,15 @@ tombstone as soon as a later record of its key supersedes it (Kafka's rule), so 
 fell behind the cleaner would never see it: the erasure would go unrecorded, and the
 downstream rows of a key that was erased and then written again would stay. Readers fall
 behind when a run dies between its ingest commit and the readers' commits and the next pass
-(of the restarted run, or of ``compactor clean``) comes before the next micro-batch; the fault
-suite found 16 such tombstones in 3,982.
+(of the restarted run, or of ``compactor clean``) comes before the next micro-batch, as the
+fault suite found.
 
 Protocol of a cleaning pass, per topic:
 
-1. Under the commit lock (the mirror runs the readers under it after each ingest commit), run
-   the readers over everything the log has committed: downstream deletes, then the ledger's
-   tombstones, then the ledger's done events of the downstream tables.
+1. Under the commit lock (the mirror runs the readers under it once each micro-batch has
+   returned, and before its next commit or MERGE of the topic), run the readers over
+   everything the log has committed: downstream deletes, then the ledger's tombstones, then
+   the ledger's done events of the downstream tables.
 2. Take, per partition, the last offset every reader has read (the slowest reader's).
 3. Plan the pass from a newer snapshot of the log with the first uncleanable offset at most
    the base of the first segment holding an offset past it (``cleanable_range``'s

@@ -44,7 +44,7 @@ from compactor.erasure.ledger import ErasureLedger
 from compactor.erasure.reconcile import Reconciled
 from compactor.ingest.batch_stats import BatchStats
 from compactor.ops.health import serve
-from compactor.ops.status import collect_status
+from compactor.ops.status import BrokerEnds, collect_status
 
 _LAG_EVERY_S = 5.0
 # A pass that committed nothing refreshes the lake's gauges at most this often: after every
@@ -94,6 +94,7 @@ class Metrics:
         self._config = config
         # kept (the mirror's own, when given): each refresh reads only the ledger's new commits
         self._ledger = ErasureLedger(config) if ledger is None else ledger
+        self._broker = BrokerEnds(config)  # the lag's end offsets, through one kept consumer
         self.registry = CollectorRegistry()
         r = self.registry
 
@@ -266,7 +267,7 @@ class Metrics:
         self._last_refresh = time.monotonic()
         ask = time.monotonic() - self._last_lag >= _LAG_EVERY_S
         topics, _ = collect_status(self._config, ask_broker=ask, ledger=self._ledger,
-                                   followed=True)
+                                   followed=True, broker=self._broker)
         if ask:
             self._last_lag = time.monotonic()
         partitions = [p for t in topics for p in t.partitions]

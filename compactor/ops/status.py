@@ -7,6 +7,7 @@ add to them, never rename them.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -82,15 +83,33 @@ class TopicStatus:
     source: SourceStatus = SourceStatus(None)
 
 
+class BrokerEnds:
+    """The broker's end offset of every partition of the configured topics, asked through one
+    consumer kept for every call: a process that asks every few seconds (the metrics, the
+    progress lines) would otherwise connect and fetch the cluster's metadata anew each time."""
+
+    def __init__(self, config: CompactorConfig) -> None:
+        self._config = config
+        self._reader: OffsetReader | None = None
+        self._lock = threading.Lock()  # one request at a time through the kept consumer
+
+    def __call__(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            if self._reader is None:
+                self._reader = OffsetReader(self._config.kafka_client_config(), timeout_s=5.0)
+            reader = self._reader
+            return reader.offsets(reader.partitions(list(self._config.topics), None), "latest")
+
+
 def broker_end_offsets(config: CompactorConfig) -> dict[tuple[str, int], int]:
-    """The broker's end offset of every partition of the configured topics."""
-    reader = OffsetReader(config.kafka_client_config(), timeout_s=5.0)
-    return reader.offsets(reader.partitions(list(config.topics), None), "latest")
+    """The broker's end offset of every partition of the configured topics, asked once."""
+    return BrokerEnds(config)()
 
 
-def _broker_ends(config: CompactorConfig) -> tuple[dict[tuple[str, int], int], str | None]:
+def _broker_ends(config: CompactorConfig, ends: BrokerEnds | None
+                 ) -> tuple[dict[tuple[str, int], int], str | None]:
     try:
-        return broker_end_offsets(config), None
+        return (ends or BrokerEnds(config))(), None
     except CompactorError as exc:
         return {}, str(exc)
 
@@ -132,14 +151,15 @@ def _source(topic: str, caught_up: int | None, ledger: ErasureLedger,
 
 def collect_status(config: CompactorConfig, now_ms: int | None = None,
                    ask_broker: bool = True, ledger: ErasureLedger | None = None,
-                   followed: bool = False) -> tuple[list[TopicStatus], str | None]:
+                   followed: bool = False, broker: BrokerEnds | None = None
+                   ) -> tuple[list[TopicStatus], str | None]:
     """Every topic's status; the second value says why broker figures are missing, if so.
 
-    A process that asks again and again passes the same ``ledger`` and ``followed=True``, so
-    each call reads only what was committed since the last (see :func:`_logs` and
-    :meth:`ErasureLedger.backlog`)."""
+    A process that asks again and again passes the same ``ledger``, ``followed=True`` and the
+    same ``broker``, so each call reads only what was committed since the last (see
+    :func:`_logs` and :meth:`ErasureLedger.backlog`) and asks through one kept consumer."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    ends, broker_error = _broker_ends(config) if ask_broker else ({}, "not asked")
+    ends, broker_error = _broker_ends(config, broker) if ask_broker else ({}, "not asked")
     ledger = ErasureLedger(config) if ledger is None else ledger
     topics = []
     for topic in config.topics:
