@@ -11,15 +11,15 @@ Commit protocol of one micro-batch, per topic:
    ``partition=P/segment=S/`` (:mod:`compactor.ingest.appender`); null keys of a compacted
    topic go to files of ``rejected``. Tasks write files only; nothing is visible yet.
 3. The driver checks every topic's writer generation and writes each topic's log commit
-   ahead to a temporary file in its ``_delta_log``; each file starts syncing as soon as it is
-   written, and the driver waits for all of them (overlapping syncs share the file system's
-   journal commits, where a sync per commit made the commits of many topics add up). Then the
-   engine's last check before anything lands runs (``before_commit``: the topic ids the broker
-   reported once the tasks had read, asked while the commits were staged,
-   :mod:`compactor.ingest.incarnation`). Then, per topic, it commits the rejected files (if
-   any) with the same per-partition app transactions in the rejected table, then all log
-   files in one Delta commit whose app transactions move each partition's version to the last
-   offset of its range (the staged file linked under the next version).
+   ahead to a temporary file in its ``_delta_log``; it syncs those files at once (overlapping
+   syncs share the file system's journal commits, where a sync per commit made the commits of
+   many topics add up). Then the engine's last check before anything lands runs
+   (``before_commit``: the topic ids the broker reported once the tasks had read, asked while
+   the commits were staged, :mod:`compactor.ingest.incarnation`). Then, per topic, it
+   commits the rejected files (if any) with the same per-partition app transactions in the
+   rejected table, then all log files in one Delta commit whose app transactions move each
+   partition's version to the last offset of its range (the staged file linked under the
+   next version).
 
 A batch replayed after a crash finds its offsets committed in step 1 and writes nothing; files
 of a batch that died before step 3 are never referenced and are removed by vacuum. A second
@@ -45,7 +45,7 @@ from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.batch_stats import BatchStats
 from compactor.lake import fencing, log_commit, operations
-from compactor.lake.commit_files import Syncs
+from compactor.lake.commit_files import sync_files
 from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import (
     LOG_PARTITION_COLUMNS,
@@ -271,24 +271,19 @@ def commit_ranges(config: CompactorConfig, results: list[RangeResult],
     for r in results:
         by_topic.setdefault(r.topic, []).append(r)
     commits: list[_TopicCommit] = []
-    syncs = Syncs()
     try:
         for topic in sorted(by_topic):
-            commit = _prepare(config, topic, by_topic[topic], (generations or {}).get(topic),
-                              now_ms)
-            commits.append(commit)
-            if commit.staged is not None:
-                syncs.add(commit.staged.path)
+            commits.append(_prepare(config, topic, by_topic[topic],
+                                    (generations or {}).get(topic), now_ms))
+        staged = [c.staged.path for c in commits if c.staged is not None]
         try:
-            syncs.wait()
+            sync_files(staged)
         except OSError as exc:
             raise LakeError(f"cannot sync the commits of {config.lake_path}: {exc}") from exc
         if before_commit is not None:
             before_commit()
         return {c.topic: _finish(config, c, now_ms) for c in commits}
     finally:
-        with contextlib.suppress(OSError):
-            syncs.wait()  # none still under way when its file is removed
         for c in commits:
             if c.staged is not None:
                 with contextlib.suppress(FileNotFoundError):

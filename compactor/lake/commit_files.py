@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ from compactor.exceptions import LakeError
 from compactor.lake.layout import join
 from compactor.lake.storage import Storage
 
-# Staged commit files synced at once (Syncs); the pool is made at its first use.
+# Staged commit files synced at once (sync_files); the pool is made at its first use.
 _SYNC_THREADS = 8
 _syncer: ThreadPoolExecutor | None = None
 _syncer_lock = threading.Lock()
@@ -171,49 +171,18 @@ def stage(log_dir: str, lines: list[str], sync: bool) -> str:
     return temporary
 
 
-class Syncs:
-    """Staged files made durable as they are added, several at once: on a journaling file
-    system syncs that overlap wait for the same journal commit instead of one commit after
-    another, and the first files sync while the later ones are still being written."""
-
-    def __init__(self) -> None:
-        self._futures: list[Future[None]] = []
-
-    def add(self, path: str) -> None:
-        """Start making ``path`` durable."""
-        self._futures.append(_pool().submit(_sync, path))
-
-    def wait(self) -> None:
-        """Wait until every added file is durable; the first failure raises (OSError)."""
-        failure: OSError | None = None
-        for future in self._futures:
-            try:
-                future.result()
-            except OSError as exc:
-                failure = failure or exc
-        self._futures = []
-        if failure is not None:
-            raise failure
-
-
 def sync_files(paths: list[str]) -> None:
-    """Make the staged files durable, several at once (see :class:`Syncs`)."""
+    """Make the staged files durable, several at once: on a journaling file system syncs that
+    overlap wait for the same journal commit instead of one commit after another."""
     if len(paths) <= 1:
         for path in paths:
             _sync(path)
         return
-    syncs = Syncs()
-    for path in paths:
-        syncs.add(path)
-    syncs.wait()
-
-
-def _pool() -> ThreadPoolExecutor:
     global _syncer
     with _syncer_lock:
         if _syncer is None:
             _syncer = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="commit-sync")
-        return _syncer
+    list(_syncer.map(_sync, paths))  # the first failure raises here
 
 
 def _sync(path: str) -> None:
