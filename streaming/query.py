@@ -28,7 +28,7 @@ from compactor.exceptions import CompactorError
 from compactor.formats import exceptions as format_errors
 from compactor.ingest.batch_stats import BatchStats, IngestTotals
 from compactor.ingest.incarnation import Incarnations
-from compactor.ingest.writer import commit_ranges, plan_ranges
+from compactor.ingest.writer import RejectedPositions, commit_ranges, plan_ranges
 from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import topic_paths
@@ -130,8 +130,7 @@ class Mirror:
         self.batch_ranges: BatchRanges | None = None  # each batch's ranges, from start()
         self.warming: threading.Thread | None = None  # the warm-up job of start()
         self._offsets: OffsetReader | None = None  # the broker's log starts, for plans
-        # Partitions whose rejected position this run has read (plan_ranges' ``caught_up``).
-        self._rejected_read: set[tuple[str, int]] = set()
+        self._rejected = RejectedPositions()  # what this run knows of the rejected positions
         # Topics a micro-batch committed whose tombstone readers have not run since, with the
         # tombstones its tasks kept (see carry_tombstones); changed under the commit lock.
         self._uncarried: dict[str, dict[int, WrittenTombstones]] = {}
@@ -153,7 +152,7 @@ class Mirror:
         ranges = self.batch_ranges.ranges(df, batch_id)
         ranged = time.monotonic()
         now_ms = int(time.time() * 1000)
-        plans = plan_ranges(self.config, ranges, now_ms, self._log_starts, self._rejected_read)
+        plans = plan_ranges(self.config, ranges, now_ms, self._log_starts, self._rejected)
         if not plans:
             return
         client = self.config.kafka_client_config()
@@ -187,9 +186,13 @@ class Mirror:
             locked = time.monotonic()
             self._carry()  # readers the gap after the last batch left, before the log moves
             carried_left = time.monotonic()
-            stats = commit_ranges(self.config, results, self.generations, check)
+            try:
+                stats = commit_ranges(self.config, results, self.generations, check)
+            except BaseException:
+                self._rejected.forget()  # its rejected commits may have moved positions
+                raise
             self.written.add(r.records for r in results if r.records is not None)
-            self._rejected_read.update((p.topic, p.partition) for p in plans)
+            self._rejected.planned(plans)
             committed = time.monotonic()
             for topic in stats:
                 self._uncarried[topic] = {}

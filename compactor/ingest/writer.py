@@ -45,6 +45,7 @@ from compactor.exceptions import DataLossError, LakeError
 from compactor.formats import TopicFormat
 from compactor.ingest.batch_stats import BatchStats
 from compactor.lake import fencing, log_commit, operations
+from compactor.lake.app_transactions import position_lookup
 from compactor.lake.commit_files import sync_files
 from compactor.lake.datafiles import WrittenFile, add_action
 from compactor.lake.layout import (
@@ -135,20 +136,52 @@ def _lake_start(config: CompactorConfig, topic: str, partition: int, start: int,
     return wanted
 
 
+class RejectedPositions:
+    """Where each partition's rejected records stand, as one run's plans need them (the caller
+    keeps one between batches).
+
+    A run commits a batch's rejected records before its log records, so once it committed a
+    batch of a partition (:meth:`planned`) the rejected position is never past the log's and
+    need not be read again; a crash between the two commits ends the run. Before that, only
+    this run (fenced) could move the position, so a topic's positions are read all at once at
+    its first plan, not per partition as each first shows up. A failed batch may have moved
+    some: :meth:`forget` makes the next plan read them again."""
+
+    def __init__(self) -> None:
+        self.caught_up: set[tuple[str, int]] = set()
+        self._read: dict[str, Callable[[str], int | None]] = {}  # topic -> its positions
+
+    def lookup(self, config: CompactorConfig, topic: str,
+               partitions: Iterable[int]) -> Callable[[str], int | None] | None:
+        """The positions of ``topic``'s rejected table (created on first use); None when
+        every one of ``partitions`` is caught up."""
+        if all((topic, p) in self.caught_up for p in partitions):
+            return None
+        if topic not in self._read:
+            path = topic_paths(config.lake_path, topic).rejected
+            self._read[topic] = position_lookup(
+                ensure_rejected(path, storage=config.storage), path, config.storage)
+        return self._read[topic]
+
+    def planned(self, plans: Iterable[PartitionPlan]) -> None:
+        """The plans' batch is committed: their partitions are caught up."""
+        self.caught_up.update((p.topic, p.partition) for p in plans)
+
+    def forget(self) -> None:
+        """A batch failed: read the positions of partitions not caught up again."""
+        self._read.clear()
+
+
 def plan_ranges(
     config: CompactorConfig, ranges: Iterable[tuple[str, int, int, int]], now_ms: int,
-    log_starts: LogStarts | None = None, caught_up: set[tuple[str, int]] | None = None,
+    log_starts: LogStarts | None = None, rejected: RejectedPositions | None = None,
 ) -> list[PartitionPlan]:
     """Driver side, step 1: a plan per range with offsets to read, from one snapshot of each
     topic. Each plan starts at the lake's position (:func:`_lake_start`); ``log_starts`` gives
     the broker's first offset of partitions (one request for all; without it, the query's
-    ranges are taken as they come).
-
-    ``caught_up``: the partitions whose rejected position this run already read (the caller
-    keeps the set between batches). A run commits a batch's rejected records before its log
-    records, so after its first batch of a partition the rejected position is never past the
-    log's and need not be read again (a delta-rs lookup per partition per batch); a crash
-    between the two commits ends the run."""
+    ranges are taken as they come); ``rejected``: what this run knows of the rejected
+    positions (without it, they are read for this call)."""
+    rejected = rejected if rejected is not None else RejectedPositions()
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for topic, partition, start, end in ranges:
         by_topic.setdefault(topic, []).append((partition, start, end))
@@ -162,9 +195,7 @@ def plan_ranges(
     for topic, parts in sorted(by_topic.items()):
         tc = config.topic(topic)
         paths = topic_paths(config.lake_path, topic)
-        rejected_table = None
-        if caught_up is None or any((topic, p) not in caught_up for p, _, _ in parts):
-            rejected_table = ensure_rejected(paths.rejected, storage=config.storage)
+        positions = rejected.lookup(config, topic, [p for p, _, _ in parts])
         logs = views[topic].partitions
         for partition, start, end in sorted(parts):
             plog = logs[partition]
@@ -178,8 +209,8 @@ def plan_ranges(
                 topic=topic, partition=partition, start=start, end=end,
                 log_path=paths.log, rejected_path=paths.rejected,
                 committed_offset=plog.committed_offset,
-                rejected_offset=(None if rejected_table is None or (topic, partition) in (
-                    caught_up or ()) else INGEST.read(rejected_table, partition)),
+                rejected_offset=(None if positions is None or (topic, partition) in
+                                 rejected.caught_up else positions(INGEST.id(partition))),
                 active=plog.writer_segment(tc.roll_ms, now_ms),
                 segment_bytes=tc.segment_bytes, roll_ms=tc.roll_ms, compact=tc.compact,
                 now_ms=now_ms, storage=config.storage, formats=config.format(topic),
