@@ -234,8 +234,8 @@ def main() -> None:
           f"{'most lag':>9}{'driver MB':>11}{'files/closed seg':>18}{'metrics s':>11}"
           f"{'status s':>10}")
     for label, r in results:
-        print(f"{label:<32}{r['batches']:>8.0f}{r['median s']:>10.2f}"
-              f"{r['median s'] / base:>7.1f}x{r['p90 s']:>8.2f}{r['lag']:>8.0f}"
+        print(f"{label:<32}{r['batches']:>8.0f}{r['median s']:>10.3f}"
+              f"{r['median s'] / base:>7.2f}x{r['p90 s']:>8.3f}{r['lag']:>8.0f}"
               f"{r['most lag']:>9.0f}{r['driver MB']:>11.0f}{r['files/closed segment']:>18.0f}"
               f"{r['metrics s']:>11.2f}{r['status s']:>10.2f}")
     print(f"\nmedian seconds of each step of a micro-batch, and of the tombstone readers run in "
