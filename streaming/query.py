@@ -135,6 +135,7 @@ class Mirror:
         # tombstones its tasks kept (see carry_tombstones); changed under the commit lock.
         self._uncarried: dict[str, dict[int, WrittenTombstones]] = {}
         self._carried_s = 0.0  # how long the readers took after the last batch, for its log
+        self._carry_failed = False  # they failed in the gap: left to the next batch
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
         self.in_batch = True
@@ -185,6 +186,7 @@ class Mirror:
         with self.commit_lock:
             locked = time.monotonic()
             self._carry()  # readers the gap after the last batch left, before the log moves
+            self._carry_failed = False
             carried_left = time.monotonic()
             try:
                 stats = commit_ranges(self.config, results, self.generations, check)
@@ -241,13 +243,14 @@ class Mirror:
         returns without waiting for them. The next batch's commit and a topic's MERGE run
         the readers still left first; a failure here leaves them to the next batch, which
         fails on it as before."""
-        if not self._uncarried or self.in_batch:
+        if not self._uncarried or self.in_batch or self._carry_failed:
             return
         started = time.monotonic()
         with self.commit_lock:
             try:
                 self._carry()
             except CompactorError as exc:
+                self._carry_failed = True  # one warning, not one per turn of the loop
                 log.warning("the tombstone readers failed after a micro-batch (%s); the next "
                             "batch runs them again", exc)
         self._carried_s = time.monotonic() - started
