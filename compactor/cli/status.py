@@ -31,7 +31,7 @@ def command(args: argparse.Namespace) -> int:
 
     from compactor.config import load_config, with_topic_configs
     from compactor.erasure.ledger import ErasureLedger
-    from compactor.ops.status import collect_status, status_json, status_table
+    from compactor.ops.status import BrokerEnds, collect_status, status_json, status_table
 
     config = load_config(args.config, overrides(args))
     unreachable: str | None = None
@@ -45,12 +45,13 @@ def command(args: argparse.Namespace) -> int:
         config = with_topic_configs(config, {})
         unreachable = str(exc)
     ledger = ErasureLedger(config)  # kept: --watch reads only the ledger's new commits
+    broker = BrokerEnds(config)  # kept: --watch asks through one consumer, not one a refresh
     while True:
         now = int(time.time() * 1000)
         # A broker that just failed to answer is not asked again for offsets (another timeout
         # to wait out); --watch asks again at each refresh, as it may be back.
         topics, broker_error = collect_status(config, now, ask_broker=unreachable is None,
-                                              ledger=ledger)
+                                              ledger=ledger, broker=broker)
         if unreachable is not None:
             broker_error, unreachable = unreachable, None
         if args.json:

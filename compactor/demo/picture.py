@@ -31,7 +31,7 @@ from compactor.cleaner.maintenance import PassReport
 from compactor.config import CompactorConfig
 from compactor.erasure.ledger import Erasure
 from compactor.ops.report import page_head, pyplot
-from compactor.ops.status import collect_status
+from compactor.ops.status import BrokerEnds, collect_status
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,17 @@ class Timeline:
     started_ms: int = 0
     samples: list[Sample] = field(default_factory=list)
     passes: list[PassMark] = field(default_factory=list)
+    # The lag's end offsets, through one consumer kept for every sample.
+    broker: BrokerEnds = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.started_ms:
             self.started_ms = int(self.clock() * 1000)
+        self.broker = BrokerEnds(self.config)
 
     def sample(self) -> None:
         now = int(self.clock() * 1000)
-        topics, broker_error = collect_status(self.config, now_ms=now)
+        topics, broker_error = collect_status(self.config, now_ms=now, broker=self.broker)
         (status,) = [t for t in topics if t.topic == self.topic]
         self.samples.append(Sample(
             now, sum(p.size_bytes for p in status.partitions),

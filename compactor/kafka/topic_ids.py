@@ -14,9 +14,8 @@ Protocol over the child's stdin and stdout, one JSON object a line:
    answers with the same number, the ids and the errors. A parent that gave up on a request
    skips answers of numbers before the one it waits for.
 3. The parent closing stdin (or dying) ends the child; signals to the parent's process group
-   do not reach it. When the child is gone or does not answer within
-   the timeout, the parent asks in process for that request and starts a new child for the
-   next one.
+   do not reach it. When the child is gone or does not answer within the timeout, the parent
+   asks in process for that request and starts a new child for the next one.
 """
 
 from __future__ import annotations

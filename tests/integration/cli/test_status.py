@@ -66,3 +66,37 @@ def test_status_json_describes_a_known_log(broker, topic_factory, lake_config, t
                             str(conf)], capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and f"{topic} (cleanup.policy=compact" in table.stdout
     assert "erasures pending 0" in table.stdout
+
+
+@pytest.mark.usefixtures("spark")
+def test_status_watch_sees_the_broker_move_between_refreshes(broker, topic_factory, lake_config,
+                                                             tmp_path) -> None:
+    """``--watch`` keeps one consumer for the broker's end offsets; each refresh still sees
+    records produced since the last."""
+    topic = topic_factory(1, {"cleanup.policy": "compact"})
+    config = lake_config(topic, log_cleaner_enable="false")
+    produce(broker.bootstrap_servers, topic, [Record(b"k%d" % i, b"v", 0) for i in range(4)])
+    run_once(config)
+    conf = write_config(tmp_path / "c.properties", **{
+        "bootstrap.servers": broker.bootstrap_servers, "topics": topic,
+        "lake.path": config.lake_path})
+    proc = subprocess.Popen([sys.executable, "-m", "compactor.cli", "status", "--config",
+                             str(conf), "--json", "--watch", "0.3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+
+        def lag() -> int:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, proc.stderr.read()[-2000:]  # type: ignore[union-attr]
+            return int(json.loads(line)["topics"][0]["partitions"][0]["lag"])
+
+        assert lag() == 0
+        produce(broker.bootstrap_servers, topic, [Record(b"n%d" % i, b"v", 0) for i in range(3)])
+        seen = []
+        while 3 not in seen and len(seen) < 60:  # 60 refreshes, 0.3 s apart: ample
+            seen.append(lag())
+        assert seen[-1] == 3, seen
+    finally:
+        proc.kill()
+        proc.wait()
