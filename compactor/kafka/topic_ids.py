@@ -133,9 +133,11 @@ class TopicIds:
         if child is None or child.stdout is None:
             return None
         fd = child.stdout.fileno()
+        waiter = select.poll()  # not select(): a driver's descriptors run past FD_SETSIZE
+        waiter.register(fd, select.POLLIN)
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not waiter.poll(left * 1000):
                 self._lost(f"no answer within {self._timeout_s + _GRACE_S:.0f} s")
                 return None
             chunk = os.read(fd, 65536)
