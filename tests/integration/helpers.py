@@ -82,6 +82,11 @@ def running(service: Any) -> Iterator[list[BaseException]]:
         worker.join(120)
 
 
+def created(table_path: str | Path) -> bool:
+    """Whether the table's first commit is there: its ``_delta_log`` folder appears before it."""
+    return Path(table_path, "_delta_log", f"{0:020d}.json").exists()
+
+
 def lake_offsets(log_path: str) -> list[tuple[int, int]]:
     """Every (partition, offset) of a log table, as stored."""
     t = DeltaTable(log_path).to_pyarrow_dataset().to_table(columns=["partition", "offset"])

@@ -37,6 +37,7 @@ from tests.integration.faults.aims import AIMS, in_flight, probe
 from tests.integration.faults.erasures import ErasureWatch
 from tests.integration.faults.producer import USERS, Producer
 from tests.integration.faults.truth import Report, Truth, check, committed
+from tests.integration.helpers import created
 
 PARTITIONS = 2
 M = 60_000  # max.compaction.lag.ms
@@ -171,7 +172,7 @@ def test_sigkill_at_random_moments_loses_and_resurrects_nothing(
             if signum != signal.SIGKILL:
                 assert code == 0, f"{signal.Signals(signum).name}: exit {code}: " + \
                     errors.read_text()[-3000:]
-            if log_dir.joinpath("_delta_log").exists():
+            if created(log_dir):
                 check(str(log_dir), producer, report, truth)
                 watch.look()
             _report_line(lines, report.kills, aim, signum, hit, producer, report)

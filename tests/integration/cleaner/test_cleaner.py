@@ -18,7 +18,7 @@ from compactor.demo.workload import Record, produce
 from compactor.kafka.broker_offsets import OffsetReader
 from compactor.lake.layout import topic_paths
 from tests.conftest import wait_until
-from tests.integration.helpers import log_table, run_once, write_config
+from tests.integration.helpers import created, log_table, run_once, write_config
 
 
 def rows(config: Any, topic: str) -> list[dict[str, Any]]:
@@ -281,7 +281,7 @@ def test_a_running_mirror_cleans_an_idle_partition_and_stops_on_sigterm(
     log_path = topic_paths(str(tmp_path / "lake"), topic).log
 
     def offsets() -> list[int]:
-        if not (tmp_path / "lake" / topic / "log" / "_delta_log").exists():
+        if not created(log_path):
             return []
         return DeltaTable(log_path).to_pyarrow_table(columns=["offset"]).column(
             "offset").to_pylist()

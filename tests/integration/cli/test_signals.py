@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from compactor.demo.workload import Record, produce
 from tests.conftest import wait_until
-from tests.integration.helpers import free_port, lake_offsets, write_config
+from tests.integration.helpers import created, free_port, lake_offsets, write_config
 
 SHADOW = 'raise ImportError("the user\'s own {name}/ folder was imported")\n'
 
@@ -52,7 +52,7 @@ def _signalled(proc: subprocess.Popen[str], ready: Callable[[], bool], what: str
 
 def _mirrored(lake: Path, topic: str, n: int) -> bool:
     log = lake / topic / "log"
-    return (log / "_delta_log").exists() and len(lake_offsets(str(log))) >= n
+    return created(log) and len(lake_offsets(str(log))) >= n
 
 
 def _product_lines(stderr: str) -> list[str]:

@@ -14,7 +14,13 @@ import pytest
 from compactor.demo.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import find_markers, lake_offsets, running, write_config
+from tests.integration.helpers import (
+    created,
+    find_markers,
+    lake_offsets,
+    running,
+    write_config,
+)
 
 M = 10_000
 
@@ -57,7 +63,7 @@ def test_superseded_and_erased_values_are_gone_from_every_file_by_the_deadline(
         # The warm-up record mirrored, not merely the tables created (the run creates them at
         # start): before, a cold first micro-batch could take the whole window.
         log_dir = tmp_path / "lake" / topic / "log"
-        wait_until(lambda: (log_dir / "_delta_log").exists() and lake_offsets(str(log_dir)),
+        wait_until(lambda: created(log_dir) and lake_offsets(str(log_dir)),
                    120, "the mirror to commit the warm-up record")
         produce(broker.bootstrap_servers, topic, first)
         produce(broker.bootstrap_servers, topic, second + erase)

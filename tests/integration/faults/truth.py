@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 from compactor.lake.segments import read_partition_logs
 from tests.conftest import wait_until
 from tests.integration.faults.producer import Producer
+from tests.integration.helpers import created
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Report:
 
 def committed(log_dir: Path) -> dict[int, int | None]:
     """Each partition's last offset the lake's log committed."""
-    if not (log_dir / "_delta_log").exists():
+    if not created(log_dir):
         return {}
     return {p: plog.committed_offset
             for p, plog in read_partition_logs(DeltaTable(str(log_dir))).items()}

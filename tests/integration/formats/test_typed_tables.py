@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -27,6 +26,7 @@ from streaming.service import Service
 from tests.conftest import wait_until
 from tests.integration.helpers import (
     compactor,
+    created,
     find_markers,
     free_port,
     lake_offsets,
@@ -333,7 +333,7 @@ def test_typed_rows_and_rejected_copies_are_erased_by_the_deadline(
     with running(service) as failures:
         produce(broker.bootstrap_servers, topic, [Record(b"warm-up", typed[7].value, 1)])
         log_dir = topic_paths(config.lake_path, topic).log
-        wait_until(lambda: Path(log_dir, "_delta_log").exists() and lake_offsets(log_dir), 120,
+        wait_until(lambda: created(log_dir) and lake_offsets(log_dir), 120,
                    "the mirror to commit the warm-up")
         produce(broker.bootstrap_servers, topic, typed + bad)
         wait_until(lambda: find_markers(config.lake_path, [marker(100).encode()])[

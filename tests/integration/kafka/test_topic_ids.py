@@ -103,3 +103,21 @@ def test_a_folder_named_like_the_product_in_the_working_directory_is_not_importe
         assert _child(ids).poll() is None  # answered by the child, not in process after it died
     finally:
         ids.close()
+
+
+def test_the_child_is_heard_when_the_driver_holds_more_than_1024_descriptors(kafka) -> None:
+    # A driver with hundreds of partitions holds many sockets and files: the child's pipe then
+    # lands past FD_SETSIZE, where select() refuses it.
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
+    names = _topics(admin, 1)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    ids = TopicIds({"bootstrap.servers": kafka.bootstrap_servers}, 10.0)
+    try:
+        assert ids.ask(names)()[0] == _ids(admin, names)
+        child = _child(ids)
+        assert child.stdout is not None and child.stdout.fileno() >= 1024
+        assert child.poll() is None  # answered by the child, not in process after losing it
+    finally:
+        ids.close()
+        for fd in held:
+            os.close(fd)

@@ -18,7 +18,7 @@ from compactor.erasure.audit import audit_key
 from compactor.lake.latest_table import catch_up
 from compactor.lake.layout import CHANGE_FEED, topic_paths
 from tests.conftest import wait_until
-from tests.integration.helpers import write_config
+from tests.integration.helpers import created, write_config
 from tests.lake import append, offline_config
 from tests.lakehouse.delta_spark import job_result, run_job, start_job
 
@@ -101,7 +101,7 @@ def test_a_stream_of_the_change_feed_rebuilds_the_table_while_the_mirror_runs(
     table = topic_paths(str(tmp_path / "lake"), topic).table
     ready, stop = tmp_path / "ready", tmp_path / "stop"
     try:
-        wait_until(lambda: (Path(table) / "_delta_log").exists()
+        wait_until(lambda: created(table)
                    and DeltaTable(table).to_pyarrow_dataset().count_rows() == 1, 180,
                    "the table's first row")
         follower = start_job({"stream": table, "change_feed": True, "seconds": 600,

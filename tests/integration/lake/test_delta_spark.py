@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from compactor.demo.workload import Record, produce
 from compactor.lake.layout import topic_paths
 from tests.conftest import wait_until
-from tests.integration.helpers import run_once, write_config
+from tests.integration.helpers import created, run_once, write_config
 from tests.lakehouse.delta_spark import job_result, run_job, start_job
 
 
@@ -153,7 +153,7 @@ def test_a_delta_stream_follows_the_log_while_the_mirror_cleans_and_vacuums(
     result: dict[str, Any] = {}
     ready, appended = tmp_path / "stream-ready", tmp_path / "all-appended"
     try:
-        wait_until(lambda: len(_positions(log)) == 1 if (Path(log) / "_delta_log").exists()
+        wait_until(lambda: len(_positions(log)) == 1 if created(log)
                    else False, 180, "the mirror's first record")
         # The stream starts from the log as it stands (one record), then every append.
         follower = start_job({"stream": log, "seconds": 600, "until": 10**9,

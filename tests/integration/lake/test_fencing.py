@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from compactor.demo.workload import Record, produce
 from compactor.positions import WRITER
 from tests.conftest import wait_until
-from tests.integration.helpers import lake_offsets
+from tests.integration.helpers import created, lake_offsets
 
 
 def start(conf: Path, errors: Path) -> subprocess.Popen[bytes]:
@@ -41,7 +41,7 @@ def test_a_second_run_fences_the_first_with_a_clear_message(
 
     def generation() -> int | None:
         return (WRITER.read(DeltaTable(str(log)))
-                if (log / "_delta_log").exists() else None)
+                if created(log) else None)
 
     produce(broker.bootstrap_servers, topic, batch(0))
     first = start(conf, tmp_path / "first.stderr")

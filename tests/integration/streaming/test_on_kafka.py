@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from compactor.demo.workload import Record, produce
 from streaming.service import Service
 from tests.conftest import wait_until
-from tests.integration.helpers import lake_offsets, run_once, running
+from tests.integration.helpers import created, lake_offsets, run_once, running
 from tests.kafka.broker import kafka_libs
 
 
@@ -42,7 +42,7 @@ def test_partitions_added_while_the_mirror_runs_are_mirrored(
                          trigger_interval_ms="300")
     log = f"{config.lake_path}/{topic}/log"
     with running(Service(config)) as failures:
-        wait_until(lambda: len(lake_offsets(log)) == 4 if _exists(log) else False, 120,
+        wait_until(lambda: len(lake_offsets(log)) == 4 if created(log) else False, 120,
                    "the first records")
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
@@ -54,9 +54,3 @@ def test_partitions_added_while_the_mirror_runs_are_mirrored(
         assert failures == []
     run_once(config)  # a second run adds nothing
     assert len(lake_offsets(log)) == 10
-
-
-def _exists(log: str) -> bool:
-    from pathlib import Path
-
-    return (Path(log) / "_delta_log").exists()
